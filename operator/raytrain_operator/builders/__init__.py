@@ -1,0 +1,1 @@
+"""Pure builders: a TrainJob in, child manifests out. No kopf, no Kubernetes client."""

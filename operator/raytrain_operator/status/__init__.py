@@ -1,0 +1,1 @@
+"""Pure status logic: conditions and phase derived from children and the runtime report."""
