@@ -1,0 +1,371 @@
+"""The real API server accepts every example and refuses every malformed TrainJob.
+
+Each case breaks one schema or CEL rule (or makes a mistake users make) and names the words the
+server's refusal must contain: the field, and for our CEL rules the fix.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+Doc = dict[str, Any]
+
+
+def _valid() -> Doc:
+    return {
+        "apiVersion": "raytrain.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "bad-input"},
+        "spec": {
+            "image": "raytrain/trainer-runtime:0.1.0",
+            "entrypoint": "examples.digits.train:train_loop_per_worker",
+            "scaling": {"numWorkers": 2},
+            "storage": {"s3": {"uri": "s3://raytrain/checkpoints"}},
+        },
+    }
+
+
+def _set(path: str, value: Any) -> Callable[[Doc], None]:
+    """Set (or with value=DELETE, remove) a dotted path inside the manifest."""
+
+    def mutate(doc: Doc) -> None:
+        *parents, leaf = path.split(".")
+        node = doc
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is DELETE:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+
+    return mutate
+
+
+DELETE = object()
+PVC = {"pvc": {"claimName": "ckpt"}}
+S3 = {"uri": "s3://raytrain/checkpoints"}
+
+# (id, mutation, words the refusal must contain)
+CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
+    ("no-storage", [_set("spec.storage", DELETE)], ["spec.storage", "Required value"]),
+    ("empty-storage", [_set("spec.storage", {})], ["exactly one of storage.pvc", "storage.s3"]),
+    (
+        "two-storages",
+        [_set("spec.storage", {"s3": S3, **PVC})],
+        ["spec.storage", "exactly one of storage.pvc"],
+    ),
+    ("empty-scaling", [_set("spec.scaling", {})], ["spec.scaling", "set numWorkers"]),
+    ("no-scaling", [_set("spec.scaling", DELETE)], ["spec.scaling", "Required value"]),
+    (
+        "zero-workers",
+        [_set("spec.scaling.numWorkers", 0)],
+        ["spec.scaling.numWorkers", "greater than or equal to 1"],
+    ),
+    (
+        "negative-workers",
+        [_set("spec.scaling.numWorkers", -3)],
+        ["spec.scaling.numWorkers", "greater than or equal to 1"],
+    ),
+    (
+        "workers-as-text",
+        [_set("spec.scaling.numWorkers", "two")],
+        ["spec.scaling.numWorkers", "integer"],
+    ),
+    (
+        "fixed-and-elastic",
+        [_set("spec.scaling.minWorkers", 1), _set("spec.scaling.maxWorkers", 4)],
+        ["spec.scaling", "numWorkers cannot be combined"],
+    ),
+    (
+        "min-only",
+        [_set("spec.scaling", {"minWorkers": 2})],
+        ["spec.scaling", "both minWorkers and maxWorkers"],
+    ),
+    (
+        "min-above-max",
+        [_set("spec.scaling", {"minWorkers": 4, "maxWorkers": 2})],
+        ["spec.scaling.minWorkers must be less than or equal to spec.scaling.maxWorkers"],
+    ),
+    (
+        "min-zero",
+        [_set("spec.scaling", {"minWorkers": 0, "maxWorkers": 2})],
+        ["spec.scaling.minWorkers", "greater than or equal to 1"],
+    ),
+    (
+        "workers-not-multiple-of-pod",
+        [_set("spec.scaling", {"numWorkers": 3, "workersPerPod": 2})],
+        ["spec.scaling.numWorkers must be a multiple of spec.scaling.workersPerPod"],
+    ),
+    (
+        "elastic-not-multiple-of-pod",
+        [_set("spec.scaling", {"minWorkers": 1, "maxWorkers": 4, "workersPerPod": 2})],
+        ["minWorkers and maxWorkers must be multiples of spec.scaling.workersPerPod"],
+    ),
+    (
+        "accelerator-without-gpu",
+        [_set("spec.scaling.acceleratorType", "NVIDIA-A100-SXM4-80GB")],
+        ["spec.scaling.acceleratorType needs", "useGpu: true"],
+    ),
+    (
+        "unknown-placement",
+        [_set("spec.scaling.placementStrategy", "RANDOM")],
+        ["spec.scaling.placementStrategy", "Unsupported value", "STRICT_SPREAD"],
+    ),
+    (
+        "negative-gpu",
+        [_set("spec.scaling.resourcesPerWorker", {"gpu": -1})],
+        ["spec.scaling.resourcesPerWorker.gpu", "greater than or equal to 0"],
+    ),
+    (
+        "unknown-backend",
+        [_set("spec.torch", {"backend": "mpi"})],
+        ["spec.torch.backend", "Unsupported value", "gloo"],
+    ),
+    (
+        "zero-torch-timeout",
+        [_set("spec.torch", {"timeoutSeconds": 0})],
+        ["spec.torch.timeoutSeconds", "greater than or equal to 1"],
+    ),
+    (
+        "unknown-score-order",
+        [_set("spec.checkpoint", {"scoreAttribute": "accuracy", "scoreOrder": "up"})],
+        ["spec.checkpoint.scoreOrder", "Unsupported value"],
+    ),
+    (
+        "score-order-without-attribute",
+        [_set("spec.checkpoint", {"scoreOrder": "min"})],
+        ["spec.checkpoint.scoreOrder needs spec.checkpoint.scoreAttribute"],
+    ),
+    (
+        "keep-zero-checkpoints",
+        [_set("spec.checkpoint", {"numToKeep": 0})],
+        ["spec.checkpoint.numToKeep", "greater than or equal to 1"],
+    ),
+    (
+        "entrypoint-without-function",
+        [_set("spec.entrypoint", "train.py")],
+        ["spec.entrypoint must be module:function"],
+    ),
+    (
+        "entrypoint-with-space",
+        [_set("spec.entrypoint", "my module:train")],
+        ["spec.entrypoint must be module:function"],
+    ),
+    (
+        "entrypoint-shell-command",
+        [_set("spec.entrypoint", "python train.py --epochs 3")],
+        ["spec.entrypoint must be module:function"],
+    ),
+    ("no-entrypoint", [_set("spec.entrypoint", DELETE)], ["spec.entrypoint", "Required value"]),
+    ("no-image", [_set("spec.image", DELETE)], ["spec.image", "Required value"]),
+    ("empty-image", [_set("spec.image", "")], ["spec.image", "at least 1"]),
+    (
+        "bad-pull-policy",
+        [_set("spec.imagePullPolicy", "Sometimes")],
+        ["spec.imagePullPolicy", "should match"],
+    ),
+    (
+        "s3-uri-with-https",
+        [_set("spec.storage.s3.uri", "https://raytrain/checkpoints")],
+        ["spec.storage.s3.uri must look like s3://bucket/prefix"],
+    ),
+    (
+        "s3-uri-upper-case-bucket",
+        [_set("spec.storage.s3.uri", "s3://My_Bucket/ckpt")],
+        ["spec.storage.s3.uri must look like s3://bucket/prefix"],
+    ),
+    (
+        "s3-without-uri",
+        [_set("spec.storage", {"s3": {"region": "us-east-1"}})],
+        ["spec.storage.s3.uri", "Required value"],
+    ),
+    (
+        "s3-endpoint-without-scheme",
+        [_set("spec.storage.s3.endpoint", "minio:9000")],
+        ["spec.storage.s3.endpoint must be a URL"],
+    ),
+    (
+        "s3-secret-and-irsa",
+        [
+            _set("spec.storage.s3.credentialsSecret", {"name": "creds"}),
+            _set("spec.storage.s3.serviceAccountName", "irsa"),
+        ],
+        ["set credentialsSecret or serviceAccountName (IRSA), not both"],
+    ),
+    (
+        "secret-without-name",
+        [_set("spec.storage.s3.credentialsSecret", {"accessKeyIdKey": "id"})],
+        ["spec.storage.s3.credentialsSecret.name", "Required value"],
+    ),
+    (
+        "pvc-without-claim",
+        [_set("spec.storage", {"pvc": {"mountPath": "/ckpt"}})],
+        ["spec.storage.pvc.claimName", "Required value"],
+    ),
+    (
+        "pvc-relative-mount",
+        [_set("spec.storage", {"pvc": {"claimName": "ckpt", "mountPath": "data"}})],
+        ["spec.storage.pvc.mountPath", "should match"],
+    ),
+    (
+        "negative-backoff",
+        [_set("spec.backoffLimit", -1)],
+        ["spec.backoffLimit", "greater than or equal to 0"],
+    ),
+    (
+        "max-failures-below-minus-one",
+        [_set("spec.failure", {"maxFailures": -2})],
+        ["spec.failure.maxFailures", "greater than or equal to -1"],
+    ),
+    (
+        "zero-deadline",
+        [_set("spec.activeDeadlineSeconds", 0)],
+        ["spec.activeDeadlineSeconds", "greater than or equal to 1"],
+    ),
+    (
+        "unknown-dataset-format",
+        [_set("spec.datasets", {"train": {"uri": "s3://raytrain/data", "format": "xlsx"}})],
+        ["format", "Unsupported value", "parquet"],
+    ),
+    (
+        "tune-without-metric",
+        [_set("spec.tune", {"paramSpace": {"lr": {"loguniform": [0.001, 0.1]}}})],
+        ["spec.tune.metric", "Required value"],
+    ),
+    (
+        "workers-at-top-level",
+        [_set("spec.numWorkers", 2)],
+        ['unknown field "spec.numWorkers"'],
+    ),
+    (
+        "name-too-long",
+        [_set("metadata.name", "a" * 41)],
+        ["metadata.name must be at most 40 characters", "choose a shorter name"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutations", "expected"),
+    [pytest.param(m, e, id=i) for i, m, e in CASES],
+)
+def test_malformed_trainjob_is_refused(
+    kube_cluster: Any, namespace: str, mutations: list[Callable[[Doc], None]], expected: list[str]
+) -> None:
+    doc = _valid()
+    for mutate in mutations:
+        mutate(doc)
+    result = kube_cluster.kubectl(
+        "create", "-n", namespace, "-f", "-", check=False, input=json.dumps(doc)
+    )
+    assert result.returncode != 0, f"the server accepted a malformed TrainJob: {doc}"
+    for words in expected:
+        assert words in result.stderr, f"refusal does not mention {words!r}: {result.stderr}"
+
+
+def test_at_least_thirty_rules_are_exercised() -> None:
+    assert len(CASES) >= 30
+
+
+def test_valid_manifest_is_accepted(kube_cluster: Any, namespace: str) -> None:
+    result = kube_cluster.kubectl(
+        "create", "-n", namespace, "-f", "-", check=False, input=json.dumps(_valid())
+    )
+    assert result.returncode == 0, result.stderr
+    got = json.loads(
+        kube_cluster.kubectl("get", "rtj", "bad-input", "-n", namespace, "-o", "json").stdout
+    )
+    # Defaults from the schema are applied by the server.
+    assert got["spec"]["scaling"]["workersPerPod"] == 1
+    assert got["spec"]["scaling"]["placementStrategy"] == "PACK"
+    assert got["spec"]["backoffLimit"] == 0
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p.name for p in (ROOT / "examples").glob("*.yaml")), ids=str
+)
+def test_example_is_accepted(kube_cluster: Any, namespace: str, path: str) -> None:
+    docs = [d for d in yaml.safe_load_all((ROOT / "examples" / path).read_text()) if d]
+    result = kube_cluster.kubectl(
+        "create", "-n", namespace, "--dry-run=server", "-f", "-", check=False,
+        input="\n---\n".join(json.dumps(d) for d in docs),
+    )
+    assert result.returncode == 0, result.stderr
+    assert any(d["kind"] == "TrainJob" for d in docs)
+
+
+def test_short_name_and_category(kube_cluster: Any, namespace: str) -> None:
+    kube_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(_valid()))
+    by_short = kube_cluster.kubectl("get", "rtj", "-n", namespace, "-o", "name").stdout
+    by_category = kube_cluster.kubectl("get", "raytrain", "-n", namespace, "-o", "name").stdout
+    assert "trainjob.raytrain.dev/bad-input" in by_short
+    assert "trainjob.raytrain.dev/bad-input" in by_category
+
+
+def test_explain_shows_descriptions(kube_cluster: Any) -> None:
+    out = kube_cluster.kubectl("explain", "trainjobs.raytrain.dev.spec.storage").stdout
+    assert "exactly one of pvc or s3" in out
+
+
+def _start(kube_cluster: Any, namespace: str, doc: Doc) -> None:
+    kube_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    patch = {"status": {"startTime": "2026-01-01T00:00:00Z"}}
+    kube_cluster.kubectl(
+        "patch", "rtj", doc["metadata"]["name"], "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps(patch),
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("image", "raytrain/trainer-runtime:0.2.0"),
+        ("entrypoint", "other.module:train"),
+        ("storage", {"s3": {"uri": "s3://elsewhere/ckpt"}}),
+    ],
+)
+def test_started_job_keeps_image_entrypoint_and_storage(
+    kube_cluster: Any, namespace: str, field: str, value: Any
+) -> None:
+    doc = _valid()
+    _start(kube_cluster, namespace, doc)
+    patch = json.dumps({"spec": {field: value}})
+    refused = kube_cluster.kubectl(
+        "patch", "rtj", "bad-input", "-n", namespace, "--type=merge", "-p", patch, check=False
+    )
+    assert refused.returncode != 0
+    assert "immutable once the job has started" in refused.stderr
+    assert "spec.suspend: true" in refused.stderr
+
+
+def test_suspended_job_may_change_its_image(kube_cluster: Any, namespace: str) -> None:
+    doc = copy.deepcopy(_valid())
+    _start(kube_cluster, namespace, doc)
+    suspend = json.dumps({"spec": {"suspend": True}})
+    kube_cluster.kubectl("patch", "rtj", "bad-input", "-n", namespace, "--type=merge", "-p", suspend)
+    change = json.dumps({"spec": {"image": "raytrain/trainer-runtime:0.2.0"}})
+    kube_cluster.kubectl("patch", "rtj", "bad-input", "-n", namespace, "--type=merge", "-p", change)
+    got = json.loads(
+        kube_cluster.kubectl("get", "rtj", "bad-input", "-n", namespace, "-o", "json").stdout
+    )
+    assert got["spec"]["image"] == "raytrain/trainer-runtime:0.2.0"
+
+
+def test_not_started_job_may_change_its_image(kube_cluster: Any, namespace: str) -> None:
+    kube_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(_valid()))
+    change = json.dumps({"spec": {"image": "raytrain/trainer-runtime:0.2.0"}})
+    result = kube_cluster.kubectl(
+        "patch", "rtj", "bad-input", "-n", namespace, "--type=merge", "-p", change, check=False
+    )
+    assert result.returncode == 0, result.stderr
