@@ -1,0 +1,101 @@
+{{/* Names, labels and the RBAC rules shared by the templates. */}}
+
+{{- define "raytrain-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "raytrain-operator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "raytrain-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "raytrain-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "raytrain-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "raytrain-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "raytrain-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "raytrain-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "raytrain-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/*
+Rules on namespaced objects: the table in docs/operator.md, "RBAC". The operator creates a
+per-job Role granting `trainjobs/status` get/patch and `trainjobs` get to the job's pods, so it
+must hold those verbs itself (Kubernetes refuses to let a subject grant what it lacks).
+*/}}
+{{- define "raytrain-operator.namespacedRules" -}}
+- apiGroups: ["raytrain.dev"]
+  resources: ["trainjobs"]
+  verbs: ["get", "list", "watch", "patch", "update"]
+- apiGroups: ["raytrain.dev"]
+  resources: ["trainjobs/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: ["raytrain.dev"]
+  resources: ["trainjobs/finalizers"]
+  verbs: ["update"]
+- apiGroups: ["ray.io"]
+  resources: ["rayjobs"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+- apiGroups: ["ray.io"]
+  resources: ["rayclusters"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["configmaps", "serviceaccounts"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "create", "patch", "delete"]
+{{- end -}}
+
+{{/* Rules on cluster-scoped objects: kopf lists namespaces and scans CRDs. */}}
+{{- define "raytrain-operator.clusterRules" -}}
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+{{- end -}}
+
+{{/* Rules of the pre-delete hook: find TrainJobs, strip the finalizer or delete them. */}}
+{{- define "raytrain-operator.uninstallRules" -}}
+- apiGroups: ["raytrain.dev"]
+  resources: ["trainjobs"]
+  verbs: ["get", "list", "patch"{{ if eq .Values.uninstall.trainJobs "deleteTrainJobs" }}, "delete"{{ end }}]
+{{- end -}}
