@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, one after another (they share two cores; never run them in
+# parallel). Each prints its result lines; benchmarks/RESULTS.md records them with the command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for bench in benchmarks/runtime_vs_torchrun.py benchmarks/checkpoint_vs_boto3.py \
+             benchmarks/operator_scale.py; do
+  if [ -f "$bench" ]; then
+    echo "== $bench"
+    python "$bench"
+  fi
+done
