@@ -1,0 +1,409 @@
+"""The Helm chart: lint, render with default and full values, and check what comes out.
+
+The helm binary comes from scripts/helm.sh (cached under ~/.cache/raytrain). Under CI=true a
+failure to get it fails the run; elsewhere the tests skip and say how to get it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from raytrain_operator.api import crd as crdgen
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "raytrain-operator"
+FULL_VALUES = CHART / "ci" / "full-values.yaml"
+NAMESPACE = "raytrain-system"
+
+# The operator's permissions: the table in docs/operator.md, "RBAC". (apiGroup, resource) -> verbs.
+NAMESPACED_RULES: dict[tuple[str, str], set[str]] = {
+    ("raytrain.dev", "trainjobs"): {"get", "list", "watch", "patch", "update"},
+    ("raytrain.dev", "trainjobs/status"): {"get", "patch", "update"},
+    ("raytrain.dev", "trainjobs/finalizers"): {"update"},
+    ("ray.io", "rayjobs"): {"get", "list", "watch", "create", "patch", "update", "delete"},
+    ("ray.io", "rayclusters"): {"get", "list", "watch"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "serviceaccounts"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "persistentvolumeclaims"): {"get"},
+    ("", "secrets"): {"get"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+    ("rbac.authorization.k8s.io", "roles"): {"get", "create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "rolebindings"): {"get", "create", "patch", "delete"},
+}
+CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
+    ("", "namespaces"): {"list", "watch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+}
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "helm.sh")], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        msg = f"could not get helm through scripts/helm.sh:\n{proc.stderr}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg + "\nRun `bash scripts/helm.sh`, or set RAYTRAIN_HELM=/path/to/helm.")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([helm, *args], capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def render(helm: str, *args: str) -> list[dict[str, Any]]:
+    out = run_helm(
+        helm, "template", "rt", str(CHART), "--namespace", NAMESPACE, "--include-crds", *args
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def kinds(docs: list[dict[str, Any]]) -> list[str]:
+    return sorted(d["kind"] for d in docs)
+
+
+def one(docs: list[dict[str, Any]], kind: str, hook: bool = False) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and is_hook(d) == hook]
+    assert len(found) == 1, f"expected one {kind} (hook={hook}), got {len(found)}"
+    return found[0]
+
+
+def is_hook(doc: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in (doc["metadata"].get("annotations") or {})
+
+
+def rules_table(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    table: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        assert "resourceNames" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                key = (group, resource)
+                assert key not in table, f"{key} granted twice"
+                table[key] = set(rule["verbs"])
+    return table
+
+
+@pytest.fixture(scope="module")
+def default(helm: str) -> list[dict[str, Any]]:
+    return render(helm)
+
+
+@pytest.fixture(scope="module")
+def full(helm: str) -> list[dict[str, Any]]:
+    return render(helm, "-f", str(FULL_VALUES))
+
+
+# ------------------------------------------------------------------------------------ lint
+
+
+@pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["default", "full"])
+def test_lint_is_clean(helm: str, values: pathlib.Path | None) -> None:
+    args = ["lint", "--strict", str(CHART)] + (["-f", str(values)] if values else [])
+    proc = run_helm(helm, *args, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 chart(s) failed" in proc.stdout
+
+
+# ----------------------------------------------------------------------- default rendering
+
+
+def test_default_renders_the_expected_objects(default: list[dict[str, Any]]) -> None:
+    assert kinds([d for d in default if not is_hook(d)]) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+    ]
+
+
+def test_deployment_runs_one_standalone_replica(default: list[dict[str, Any]]) -> None:
+    deploy = one(default, "Deployment")
+    assert deploy["metadata"]["namespace"] == NAMESPACE
+    assert deploy["spec"]["replicas"] == 1
+    assert deploy["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "raytrain/operator:0.1.0"  # the chart's appVersion
+    assert container["args"] == ["--metrics-port=8080", "--health-port=8081"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "metrics": 8080,
+        "health": 8081,
+    }
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert pod["serviceAccountName"] == one(default, "ServiceAccount")["metadata"]["name"]
+
+
+def test_pod_is_locked_down(default: list[dict[str, Any]]) -> None:
+    pod = one(default, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = pod["containers"][0]["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["runAsNonRoot"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert "/tmp" in mounts  # the only writable path
+
+
+def test_cluster_role_is_the_documented_table(default: list[dict[str, Any]]) -> None:
+    role = one(default, "ClusterRole")
+    assert rules_table(role["rules"]) == NAMESPACED_RULES | CLUSTER_RULES
+    binding = one(default, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    sa = one(default, "ServiceAccount")["metadata"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["name"], "namespace": NAMESPACE}
+    ]
+
+
+def test_metrics_service_selects_the_operator_pod(default: list[dict[str, Any]]) -> None:
+    svc = one(default, "Service")
+    labels = one(default, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    assert svc["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+
+
+def test_chart_crd_is_the_generated_crd(default: list[dict[str, Any]]) -> None:
+    crd = one(default, "CustomResourceDefinition")
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert crd["spec"] == crdgen.crd()["spec"]
+    template = (CHART / "templates" / "crds.yaml").read_text()
+    assert template == crdgen.render_chart_template(), "run `make crds` and commit the result"
+
+
+# -------------------------------------------------------------------------- toggles
+
+
+def test_crd_toggles(helm: str) -> None:
+    assert "CustomResourceDefinition" not in kinds(render(helm, "--set", "crds.install=false"))
+    crd = one(render(helm, "--set", "crds.keep=false"), "CustomResourceDefinition")
+    assert "helm.sh/resource-policy" not in (crd["metadata"].get("annotations") or {})
+
+
+def test_service_monitor_only_when_enabled(
+    helm: str, default: list[dict[str, Any]], full: list[dict[str, Any]]
+) -> None:
+    assert "ServiceMonitor" not in kinds(default)
+    monitor = one(full, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "5s"}
+    ]
+    svc_labels = one(full, "Service")["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= svc_labels.items()
+    proc = run_helm(
+        helm,
+        "template",
+        "rt",
+        str(CHART),
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.service.enabled=false",
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "metrics.serviceMonitor.enabled needs metrics.service.enabled" in proc.stderr
+
+
+def test_verbose_adds_the_flag(helm: str) -> None:
+    deploy = one(render(helm, "--set", "verbose=true"), "Deployment")
+    assert "--verbose" in deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+# -------------------------------------------------------------------------- full values
+
+
+def test_full_values_reach_the_pod(full: list[dict[str, Any]]) -> None:
+    deploy = one(full, "Deployment")
+    assert deploy["metadata"]["name"] == "raytrain"
+    assert deploy["spec"]["replicas"] == 1
+    assert deploy["spec"]["strategy"] == {"type": "Recreate"}
+    pod_meta = deploy["spec"]["template"]["metadata"]
+    assert pod_meta["annotations"] == {"example.com/owner": "ml-platform"}
+    assert pod_meta["labels"]["team"] == "ml-platform"
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "registry.example.com/ml/raytrain-operator:0.1.0-rc1"
+    assert container["imagePullPolicy"] == "Always"
+    assert container["args"] == [
+        "--metrics-port=9090",
+        "--health-port=9091",
+        "--namespace=team-a",
+        "--namespace=team-b",
+        "--verbose",
+    ]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["HTTPS_PROXY"]["value"] == "http://proxy.example.com:3128"
+    assert container["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+    assert container["livenessProbe"]["httpGet"]["port"] == "health"
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["health"] == 9091
+    assert pod["serviceAccountName"] == "raytrain-operator-sa"
+    assert pod["imagePullSecrets"] == [{"name": "registry-creds"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["tolerations"][0]["key"] == "dedicated"
+    assert "nodeAffinity" in pod["affinity"]
+    assert pod["priorityClassName"] == "ml-platform-critical"
+    assert pod["securityContext"]["runAsUser"] == 20000
+    assert "CustomResourceDefinition" not in kinds(full)
+
+
+def test_namespaced_install_has_roles_per_namespace(full: list[dict[str, Any]]) -> None:
+    operator = [d for d in full if not is_hook(d)]
+    roles = {d["metadata"]["namespace"]: d for d in operator if d["kind"] == "Role"}
+    assert sorted(roles) == ["team-a", "team-b"]
+    for role in roles.values():
+        assert rules_table(role["rules"]) == NAMESPACED_RULES
+    bindings = [d for d in operator if d["kind"] == "RoleBinding"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    for binding in bindings:
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "raytrain-operator-sa", "namespace": NAMESPACE}
+        ]
+    # Only the cluster-scoped reads stay cluster-wide.
+    assert rules_table(one(full, "ClusterRole")["rules"]) == CLUSTER_RULES
+    sa = one(full, "ServiceAccount")
+    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam")
+
+
+# ------------------------------------------------------------------------ uninstall hook
+
+
+def hook_job(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(docs, "Job", hook=True)
+
+
+def test_uninstall_hook_removes_finalizers_by_default(default: list[dict[str, Any]]) -> None:
+    job = hook_job(default)
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TRAINJOBS"] == "removeFinalizers"
+    assert env["WATCH_NAMESPACES"] == ""
+    # The script is Python run with `python -c`: it must at least compile.
+    compile(container["args"][0], "uninstall-hook", "exec")
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    role = one(default, "ClusterRole", hook=True)
+    assert rules_table(role["rules"]) == {("raytrain.dev", "trainjobs"): {"get", "list", "patch"}}
+    sa = one(default, "ServiceAccount", hook=True)
+    assert pod["serviceAccountName"] == sa["metadata"]["name"]
+    # RBAC exists before the Job runs.
+    weight = int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
+    assert int(role["metadata"]["annotations"]["helm.sh/hook-weight"]) < weight
+
+
+def test_uninstall_hook_delete_mode_may_delete(full: list[dict[str, Any]]) -> None:
+    job = hook_job(full)
+    env = {
+        e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["TRAINJOBS"] == "deleteTrainJobs"
+    assert env["WATCH_NAMESPACES"] == "team-a,team-b"
+    assert env["TIMEOUT_SECONDS"] == "300"
+    roles = [d for d in full if d["kind"] == "Role" and is_hook(d)]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        assert rules_table(role["rules"]) == {
+            ("raytrain.dev", "trainjobs"): {"get", "list", "patch", "delete"}
+        }
+
+
+def test_uninstall_hook_can_be_turned_off(helm: str) -> None:
+    docs = render(helm, "--set", "uninstall.trainJobs=none")
+    assert not [d for d in docs if is_hook(d)]
+
+
+# ------------------------------------------------------------------------------- schema
+
+
+@pytest.mark.parametrize(
+    ("flag", "complaint"),
+    [
+        ("replicaCount=2", "/replicaCount"),
+        ("verbose=yes", "/verbose"),
+        ("metrics.port=0", "/metrics/port"),
+        ("uninstall.trainJobs=purge", "/uninstall/trainJobs"),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("watchNamespaces[0]=Team_A", "/watchNamespaces/0"),
+        ("replicas=3", "replicas"),
+    ],
+)
+def test_schema_refuses_bad_values(helm: str, flag: str, complaint: str) -> None:
+    proc = run_helm(helm, "template", "rt", str(CHART), "--set", flag, check=False)
+    assert proc.returncode != 0
+    assert "schema" in proc.stderr
+    assert complaint in proc.stderr
+
+
+def _schema_gaps(values: Any, schema: dict[str, Any], path: str) -> Iterator[str]:
+    if not isinstance(values, dict) or "properties" not in schema:
+        return
+    for key, value in values.items():
+        if key not in schema["properties"]:
+            yield f"{path}.{key}"
+            continue
+        sub = schema["properties"][key]
+        if not sub.get("description"):
+            yield f"{path}.{key} (no description)"
+        yield from _schema_gaps(value, sub, f"{path}.{key}")
+
+
+def test_schema_covers_every_value() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert list(_schema_gaps(values, schema, "")) == []
+
+
+def test_every_value_is_documented() -> None:
+    """helm-docs style: each value, or a map that holds it, has a `# --` comment above it."""
+    undocumented = []
+    # Stack of (indent, documented) for the maps we are inside.
+    stack: list[tuple[int, bool]] = []
+    comment: list[str] = []
+    for line in (CHART / "values.yaml").read_text().splitlines():
+        stripped = line.strip()
+        if not stripped:
+            comment = []
+            continue
+        if stripped.startswith("#"):
+            comment.append(stripped)
+            continue
+        if stripped.startswith("- ") or ":" not in stripped:
+            comment = []
+            continue
+        indent = len(line) - len(line.lstrip())
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        inherited = any(doc for _, doc in stack)
+        documented = inherited or any(c.startswith("# --") for c in comment)
+        key, _, rest = stripped.partition(":")
+        if not rest.strip() or rest.strip().startswith("#"):
+            stack.append((indent, documented))  # a map: its leaves may carry the comment
+        elif not documented:
+            undocumented.append(key)
+        comment = []
+    assert undocumented == []
