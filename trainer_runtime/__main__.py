@@ -1,0 +1,58 @@
+"""``python -m trainer_runtime``: the RayJob entrypoint (or ``--local`` to run by hand)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from trainer_runtime.contract import ContractError, read_contract
+
+DEFAULT_CONTRACT = "/etc/raytrain/contract.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer_runtime", description=__doc__)
+    parser.add_argument(
+        "--contract",
+        default=os.environ.get("RAYTRAIN_CONTRACT", DEFAULT_CONTRACT),
+        help="runtime contract JSON (default: $RAYTRAIN_CONTRACT or %(default)s)",
+    )
+    parser.add_argument(
+        "--local", action="store_true", help="start a local Ray and show progress in the terminal"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        contract = read_contract(args.contract)
+    except ContractError as exc:
+        print(f"trainer_runtime: {exc}", file=sys.stderr)
+        return 2
+
+    if args.local:
+        from trainer_runtime.local import run_local
+
+        return run_local(contract)
+
+    import ray
+
+    from trainer_runtime.console import ConsoleTransport
+    from trainer_runtime.kube import KubernetesTransport
+    from trainer_runtime.reporter import Transport
+    from trainer_runtime.trainer import reporter_for, run_training
+
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    ray.init()  # the RayJob's cluster (RAY_ADDRESS), started by KubeRay
+    transport: Transport
+    if contract.report.enabled:
+        transport = KubernetesTransport(contract.train_job.namespace, contract.train_job.name)
+    else:
+        transport = ConsoleTransport(contract.run_name, live=False)
+    return run_training(contract, reporter_for(contract, transport))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

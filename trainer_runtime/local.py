@@ -1,0 +1,64 @@
+"""Local mode: run a contract on a Ray started on this machine, with a live console display.
+
+``raytrain run trainjob.yaml --local`` renders a contract from the TrainJob and calls
+``run_local``; ``python -m trainer_runtime --contract FILE --local`` does the same by hand.
+Storage is whatever the contract says: a local directory (``pvc`` type, any absolute path) or an
+S3 endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+
+from trainer_runtime.console import ConsoleTransport
+from trainer_runtime.contract import Contract
+from trainer_runtime.reporter import Transport
+from trainer_runtime.trainer import reporter_for, run_training
+
+log = logging.getLogger("trainer_runtime")
+
+
+def cpus_needed(contract: Contract) -> int:
+    s = contract.scaling
+    workers = s.num_workers if s.num_workers is not None else (s.max_workers or 1)
+    per_worker = s.resources_per_worker.get("CPU", 1.0)
+    return max(1, math.ceil(workers * per_worker))
+
+
+def run_local(
+    contract: Contract,
+    *,
+    display: bool = True,
+    transport: Transport | None = None,
+    min_interval: float | None = None,
+) -> int:
+    """Run ``contract`` on a local Ray; return the exit code (0 on success).
+
+    Reports go to ``transport`` when given, else to a console display. Ray is started here (and
+    stopped again) unless the caller already started it.
+    """
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        # Workers import the entrypoint the way the driver does: from the working directory.
+        cwd = os.getcwd()
+        if cwd not in sys.path:
+            sys.path.insert(0, cwd)
+        ray.init(
+            num_cpus=cpus_needed(contract),
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=display,
+        )
+        started = True
+    sink = transport or ConsoleTransport(contract.run_name, live=display)
+    interval = 0.0 if min_interval is None and transport is None else min_interval
+    try:
+        return run_training(contract, reporter_for(contract, sink, min_interval=interval))
+    finally:
+        if started:
+            ray.shutdown()

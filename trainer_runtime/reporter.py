@@ -1,0 +1,371 @@
+"""Turn Ray Train reports into merge patches of the TrainJob's status (runtime-contract.md).
+
+One ``Reporter`` lives in the driver process (the RayJob entrypoint on the head), fed with what
+every ``ray.train.report`` produced. It writes only ``status.trainerStatus`` and
+``status.checkpoint``, at most once per ``minIntervalSeconds`` with the latest report always
+sent in the end (a trailing flush), and the terminal outcome last. Where the patches go is a
+``Transport``: the Kubernetes API (``trainer_runtime.kube``), the console, or a test recorder.
+A transport that fails is retried with backoff and then given up on: reporting never stops the
+training, and a training failure is never hidden by a reporting failure.
+
+The pure parts (``Throttle``, ``ProgressEstimator``, ``build_status_patch``) do no I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+log = logging.getLogger("trainer_runtime.reporter")
+
+CHECKPOINT_REQUEST_ANNOTATION = "raytrain.dev/checkpoint-requested"
+RUNNING, SUCCEEDED, FAILED = "Running", "Succeeded", "Failed"
+_MESSAGE_LIMIT = 4000
+
+
+class Transport(Protocol):
+    """Where status patches go."""
+
+    def patch_status(self, body: dict[str, Any]) -> None:
+        """Merge-patch ``body`` (``{"status": {...}}``) into the TrainJob."""
+
+    def read_trainjob(self) -> Mapping[str, Any] | None:
+        """The TrainJob as the API server has it now, or None when there is no server."""
+
+
+class Throttle:
+    """At most one send per ``min_interval`` seconds."""
+
+    def __init__(self, min_interval: float) -> None:
+        self.min_interval = max(0.0, min_interval)
+        self._last: float | None = None
+
+    def ready(self, now: float) -> bool:
+        return self._last is None or now - self._last >= self.min_interval
+
+    def due_at(self) -> float:
+        return 0.0 if self._last is None else self._last + self.min_interval
+
+    def mark(self, now: float) -> None:
+        self._last = now
+
+
+def total_epochs(config: Mapping[str, Any]) -> int | None:
+    """``epochs`` or ``num_epochs`` from the train loop config, when it is a positive integer."""
+    for key in ("epochs", "num_epochs"):
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+class ProgressEstimator:
+    """Progress and ETA from the reported ``epoch``.
+
+    ``epoch`` is the 0-based index of the epoch that just finished (``for epoch in
+    range(epochs): ... report({"epoch": epoch})``), so ``epoch + 1`` epochs are done. The rate is
+    measured over the epochs seen by this process, so a resumed run does not count the epochs it
+    skipped as fast ones.
+    """
+
+    def __init__(self, epochs: int | None, start: float) -> None:
+        self.epochs = epochs
+        self._start = start
+        self._first: tuple[float, int] | None = None
+
+    def observe(self, epoch: int | None, now: float) -> tuple[int | None, int | None]:
+        """Return (progressPercentage, estimatedRemainingSeconds); None when unknown."""
+        if self.epochs is None or epoch is None:
+            return None, None
+        done = min(max(epoch + 1, 0), self.epochs)
+        # 100 is kept for the Succeeded report: a run that is still reporting is not done.
+        percent = min(99, math.floor(100 * done / self.epochs))
+        if self._first is None:
+            self._first = (now, done)
+            seconds_per_epoch = now - self._start
+        else:
+            t0, d0 = self._first
+            if done > d0:
+                seconds_per_epoch = (now - t0) / (done - d0)
+            else:
+                seconds_per_epoch = now - self._start
+        remaining = self.epochs - done
+        return percent, max(0, round(seconds_per_epoch * remaining))
+
+
+def format_value(value: Any) -> str | None:
+    """A metric value as the status stores it (a string), or None when it is not a scalar."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return format(value, ".6g")
+    if isinstance(value, str):
+        return value[:256]
+    return None
+
+
+def format_metrics(metrics: Mapping[str, Any]) -> list[dict[str, str]]:
+    out = []
+    for name in sorted(metrics):
+        text = format_value(metrics[name])
+        if text is not None and not name.startswith("_"):
+            out.append({"name": name, "value": text})
+    return out
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class ReportState:
+    """Everything the status shows, as last observed."""
+
+    attempt: int
+    epoch: int | None = None
+    step: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    progress: int | None = None
+    eta: int | None = None
+    phase: str = RUNNING
+    message: str = ""
+    checkpointing: bool | None = None
+    latest_uri: str | None = None
+    best_uri: str | None = None
+    best_metric: float | None = None
+    checkpoint_count: int = 0
+
+
+def build_status_patch(state: ReportState, now: float) -> dict[str, Any]:
+    """The merge-patch body for ``state``: only the runtime's own two status fields."""
+    trainer: dict[str, Any] = {
+        "step": state.step,
+        "metrics": format_metrics(state.metrics),
+        "lastUpdatedTime": rfc3339(now),
+        "phase": state.phase,
+        "message": state.message[:_MESSAGE_LIMIT],
+        "attempt": state.attempt,
+    }
+    if state.epoch is not None:
+        trainer["epoch"] = state.epoch
+    if state.progress is not None:
+        trainer["progressPercentage"] = state.progress
+    if state.eta is not None:
+        trainer["estimatedRemainingSeconds"] = state.eta
+    if state.checkpointing is not None:
+        trainer["checkpointing"] = state.checkpointing
+    status: dict[str, Any] = {"trainerStatus": trainer}
+    if state.checkpoint_count or state.latest_uri:
+        checkpoint: dict[str, Any] = {"count": state.checkpoint_count}
+        if state.latest_uri is not None:
+            checkpoint["latestURI"] = state.latest_uri
+        if state.best_uri is not None:
+            checkpoint["bestURI"] = state.best_uri
+        if state.best_metric is not None:
+            checkpoint["bestMetric"] = format_value(state.best_metric)
+        status["checkpoint"] = checkpoint
+    return {"status": status}
+
+
+class Reporter:
+    """Feeds reports through the throttle to a transport; see the module docstring."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        attempt: int = 0,
+        epochs: int | None = None,
+        min_interval: float = 5.0,
+        score_attribute: str | None = None,
+        score_order: str | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        retries: int = 4,
+        backoff: float = 0.5,
+    ) -> None:
+        self.transport = transport
+        self.state = ReportState(attempt=attempt)
+        self._clock = clock
+        self._sleep = sleep
+        self._retries = retries
+        self._backoff = backoff
+        self._throttle = Throttle(min_interval)
+        self._progress = ProgressEstimator(epochs, clock())
+        self._score_attribute = score_attribute
+        self._score_max = (score_order or "max") == "max"
+        self._pending = False
+        self._last_checkpoint_time: float | None = None
+        self._finished = False
+        self.reports = 0
+        self.patches_sent = 0
+        self.patches_failed = 0
+
+    # -- inputs ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Announce the run, continuing the step and checkpoint counts of an earlier attempt."""
+        job = self._read()
+        if job:
+            status = job.get("status") or {}
+            trainer = status.get("trainerStatus") or {}
+            ckpt = status.get("checkpoint") or {}
+            if isinstance(trainer.get("step"), int):
+                self.state.step = trainer["step"]
+            if isinstance(ckpt.get("count"), int):
+                self.state.checkpoint_count = ckpt["count"]
+            for key, attr in (("latestURI", "latest_uri"), ("bestURI", "best_uri")):
+                if isinstance(ckpt.get(key), str):
+                    setattr(self.state, attr, ckpt[key])
+            try:
+                self.state.best_metric = float(ckpt["bestMetric"])
+            except (KeyError, TypeError, ValueError):
+                pass
+        self._pending = True
+        self.tick()
+
+    def on_report(self, metrics: Mapping[str, Any], checkpoint_uri: str | None = None) -> None:
+        """One ``ray.train.report`` (rank 0's metrics; the checkpoint if one was persisted)."""
+        now = self._clock()
+        self.reports += 1
+        s = self.state
+        s.step += 1
+        s.metrics = dict(metrics)
+        epoch = metrics.get("epoch")
+        if isinstance(epoch, int) and not isinstance(epoch, bool):
+            s.epoch = epoch
+            s.progress, s.eta = self._progress.observe(epoch, now)
+        if checkpoint_uri is not None:
+            s.checkpoint_count += 1
+            s.latest_uri = checkpoint_uri
+            self._last_checkpoint_time = now
+            if s.checkpointing:
+                s.checkpointing = False
+            self._track_best(metrics, checkpoint_uri)
+        self._pending = True
+        self.tick()
+
+    def on_worker_error(self, message: str) -> None:
+        """A worker failed; Ray Train may restart the group (FailureConfig), so still Running."""
+        self.state.message = message
+        self._pending = True
+        self.tick()
+
+    def tick(self) -> None:
+        """Send the pending report when the throttle allows; call it now and then."""
+        if not self._pending or self._finished:
+            return
+        now = self._clock()
+        if not self._throttle.ready(now):
+            return
+        self._check_suspend_request()
+        self._send(build_status_patch(self.state, now), now)
+
+    def seconds_until_due(self) -> float | None:
+        """How long until a pending report may be sent; None when nothing is pending."""
+        if not self._pending:
+            return None
+        return max(0.0, self._throttle.due_at() - self._clock())
+
+    def finish(self, phase: str, message: str) -> None:
+        """The terminal outcome: always sent, bypassing the throttle, after any pending report."""
+        if self._finished:
+            return
+        s = self.state
+        s.phase = phase
+        s.message = message
+        if phase == SUCCEEDED:
+            if s.progress is not None or self._progress.epochs is not None:
+                s.progress = 100
+            s.eta = 0
+        if s.checkpointing:
+            s.checkpointing = False
+        now = self._clock()
+        self._send(build_status_patch(s, now), now, retries=self._retries * 2)
+        self._finished = True
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _track_best(self, metrics: Mapping[str, Any], uri: str) -> None:
+        attr = self._score_attribute
+        if attr is None:
+            return
+        value = metrics.get(attr)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return
+        best = self.state.best_metric
+        better = best is None or (value > best if self._score_max else value < best)
+        if better:
+            self.state.best_metric = float(value)
+            self.state.best_uri = uri
+
+    def _check_suspend_request(self) -> None:
+        job = self._read()
+        if not job:
+            return
+        annotations = (job.get("metadata") or {}).get("annotations") or {}
+        requested = annotations.get(CHECKPOINT_REQUEST_ANNOTATION)
+        if not requested:
+            return
+        when = parse_rfc3339(requested)
+        if when is None:
+            log.warning("ignoring %s=%r: not an RFC 3339 time", CHECKPOINT_REQUEST_ANNOTATION, requested)
+            return
+        last = self._last_checkpoint_time
+        # RFC 3339 in the annotation has whole seconds: compare at that resolution.
+        if (last is None or when > math.floor(last)) and not self.state.checkpointing:
+            self.state.checkpointing = True
+
+    def _read(self) -> Mapping[str, Any] | None:
+        try:
+            return self.transport.read_trainjob()
+        except Exception as exc:
+            log.warning("reading the TrainJob failed (%s); carrying on", exc)
+            return None
+
+    def _send(self, body: dict[str, Any], now: float, retries: int | None = None) -> None:
+        self._throttle.mark(now)
+        self._pending = False
+        attempts = (self._retries if retries is None else retries) + 1
+        delay = self._backoff
+        for attempt in range(attempts):
+            try:
+                self.transport.patch_status(body)
+                self.patches_sent += 1
+                return
+            except Exception as exc:
+                if attempt == attempts - 1:
+                    self.patches_failed += 1
+                    log.warning("status patch failed %d times, dropped: %s", attempts, exc)
+                    return
+                log.info("status patch failed (%s); retrying in %.1f s", exc, delay)
+                self._sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+
+class RecordingTransport:
+    """Keeps every patch in memory: for tests and for dry runs."""
+
+    def __init__(self, trainjob: Mapping[str, Any] | None = None) -> None:
+        self.patches: list[dict[str, Any]] = []
+        self.trainjob = trainjob
+
+    def patch_status(self, body: dict[str, Any]) -> None:
+        self.patches.append(body)
+
+    def read_trainjob(self) -> Mapping[str, Any] | None:
+        return self.trainjob

@@ -1,0 +1,290 @@
+"""Build and run Ray Train's TorchTrainer from the contract, feeding the reporter.
+
+Ray Train V2 (the default in this Ray, ``RAY_TRAIN_V2_ENABLED``): a controller actor drives the
+worker group and calls ``UserCallback``s; a run with the same ``RunConfig(name)`` and storage
+path finds its checkpoint-manager snapshot and hands the latest checkpoint to the loop through
+``ray.train.get_checkpoint()``, on a worker-group restart and on a new driver alike. So resume
+needs nothing from us but a stable run name (the contract's ``runName``) and storage.
+
+Reports travel from the controller to the driver through a Ray queue; the driver owns the
+single ``Reporter``, so there is one writer even when the controller is restarted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from trainer_runtime.contract import Contract
+from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
+from trainer_runtime.reporter import FAILED, SUCCEEDED, Reporter, total_epochs
+from trainer_runtime.storage import StorageTarget, resolve_uri, storage_target
+
+log = logging.getLogger("trainer_runtime")
+
+EXIT_OK, EXIT_TRAINING_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _require_train_v2() -> None:
+    from ray.train.v2._internal.constants import V2_ENABLED_ENV_VAR, is_v2_enabled
+
+    if not is_v2_enabled():
+        raise RuntimeError(
+            f"{V2_ENABLED_ENV_VAR} is off: this runtime uses the Ray Train V2 API "
+            f"(UserCallback, automatic resume); unset {V2_ENABLED_ENV_VAR} or set it to 1"
+        )
+
+
+def _make_bridge(queue: Any, target: StorageTarget) -> Any:
+    """A UserCallback (runs in the controller) that forwards reports into ``queue``."""
+    from ray.train import UserCallback
+
+    class ReportBridge(UserCallback):  # type: ignore[misc]
+        def after_report(self, run_context: Any, metrics: Any, checkpoint: Any) -> None:
+            try:
+                uri = target.uri(checkpoint.path) if checkpoint is not None else None
+                first = dict(metrics[0]) if metrics else {}
+                queue.put_nowait(("report", first, uri))
+            except Exception:  # reporting must never break training
+                log.exception("could not forward a report")
+
+        def after_exception(self, run_context: Any, worker_exceptions: Any) -> None:
+            try:
+                queue.put_nowait(("error", describe_worker_errors(worker_exceptions), None))
+            except Exception:
+                log.exception("could not forward a worker error")
+
+    return ReportBridge()
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    seen = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        inner = getattr(exc, "cause", None) or exc.__cause__
+        if isinstance(inner, BaseException):
+            exc = inner
+        else:
+            break
+    return exc
+
+
+def describe_error(exc: BaseException) -> str:
+    root = _root_cause(exc)
+    text = str(root).strip().splitlines()
+    first = text[-1] if text else ""
+    return f"{type(root).__name__}: {first}" if first else type(root).__name__
+
+
+def describe_worker_errors(worker_exceptions: dict[int, BaseException]) -> str:
+    parts = [f"worker {rank}: {describe_error(e)}" for rank, e in sorted(worker_exceptions.items())]
+    return "; ".join(parts)
+
+
+def describe_training_failure(exc: BaseException) -> str:
+    failures = getattr(exc, "worker_failures", None)
+    if isinstance(failures, dict) and failures:
+        return "training failed: " + describe_worker_errors(failures)
+    controller = getattr(exc, "controller_failure", None)
+    if isinstance(controller, BaseException):
+        return "training failed in the Ray Train controller: " + describe_error(controller)
+    return "training failed: " + describe_error(exc)
+
+
+def build_scaling_config(contract: Contract) -> Any:
+    from ray.train import ScalingConfig
+
+    s = contract.scaling
+    num_workers: int | tuple[int, int]
+    if s.num_workers is not None:
+        num_workers = s.num_workers
+    else:
+        assert s.min_workers is not None and s.max_workers is not None
+        num_workers = (s.min_workers, s.max_workers)
+    return ScalingConfig(
+        num_workers=num_workers,
+        use_gpu=s.use_gpu,
+        resources_per_worker=dict(s.resources_per_worker) or None,
+        placement_strategy=s.placement_strategy,
+        accelerator_type=s.accelerator_type,
+    )
+
+
+def build_run_config(
+    contract: Contract, target: StorageTarget, callbacks: list[Any], name: str | None = None
+) -> Any:
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig
+
+    c = contract.checkpoint
+    return RunConfig(
+        name=name or contract.run_name,
+        storage_path=target.path,
+        storage_filesystem=target.filesystem,
+        checkpoint_config=CheckpointConfig(
+            num_to_keep=c.num_to_keep,
+            checkpoint_score_attribute=c.score_attribute,
+            checkpoint_score_order=c.score_order or "max",
+        ),
+        failure_config=FailureConfig(max_failures=contract.failure.max_failures),
+        callbacks=callbacks,
+    )
+
+
+_READERS = {
+    "parquet": "read_parquet",
+    "csv": "read_csv",
+    "json": "read_json",
+    "numpy": "read_numpy",
+    "text": "read_text",
+}
+
+
+def build_datasets(contract: Contract, target: StorageTarget) -> tuple[dict[str, Any], Any]:
+    if not contract.datasets:
+        return {}, None
+    import ray.data
+    from ray.train import DataConfig
+
+    datasets = {}
+    for name, spec in contract.datasets.items():
+        fs, path = resolve_uri(spec.uri, target)
+        reader = getattr(ray.data, _READERS[spec.format])
+        datasets[name] = reader(path, filesystem=fs)
+    split = [name for name, spec in contract.datasets.items() if spec.split]
+    return datasets, DataConfig(datasets_to_split=split)
+
+
+def make_trainer(
+    contract: Contract,
+    train_fn: Callable[..., Any],
+    target: StorageTarget,
+    callbacks: list[Any],
+    *,
+    config: dict[str, Any] | None = None,
+    name: str | None = None,
+) -> Any:
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    datasets, data_config = build_datasets(contract, target)
+    kwargs: dict[str, Any] = {}
+    if data_config is not None:
+        kwargs["dataset_config"] = data_config
+    return TorchTrainer(
+        train_fn,
+        train_loop_config=dict(contract.config if config is None else config),
+        torch_config=TorchConfig(
+            backend=contract.torch.backend, timeout_s=contract.torch.timeout_seconds
+        ),
+        scaling_config=build_scaling_config(contract),
+        run_config=build_run_config(contract, target, callbacks, name),
+        datasets=datasets or None,
+        **kwargs,
+    )
+
+
+def _drain(queue: Any, reporter: Reporter, stop: threading.Event) -> None:
+    from ray.util.queue import Empty
+
+    def apply(item: tuple[str, Any, Any]) -> None:
+        kind, payload, uri = item
+        if kind == "report":
+            reporter.on_report(payload, uri)
+        else:
+            reporter.on_worker_error(payload)
+
+    while True:
+        wait = reporter.seconds_until_due()
+        timeout = 0.5 if wait is None else min(0.5, max(wait, 0.05))
+        try:
+            apply(queue.get(block=True, timeout=timeout))
+        except Empty:
+            if stop.is_set():
+                break
+        except Exception:
+            log.exception("status reporting hiccup; training goes on")
+            if stop.is_set():
+                break
+        reporter.tick()
+
+
+def run_training(contract: Contract, reporter: Reporter) -> int:
+    """Run the contract on the Ray cluster ``ray.init`` connected to; return the exit code.
+
+    The reporter gets every report and, last, the terminal outcome.
+    """
+    reporter.start()
+    try:
+        _require_train_v2()
+        train_fn = load_entrypoint(contract.entrypoint)
+        target = storage_target(contract.storage)
+    except (EntrypointError, RuntimeError, OSError, ValueError) as exc:
+        message = str(exc)
+        log.error("%s", message)
+        reporter.finish(FAILED, message)
+        return EXIT_BAD_INPUT
+
+    from ray.util.queue import Queue
+
+    queue = Queue()
+    stop = threading.Event()
+    drainer = threading.Thread(target=_drain, args=(queue, reporter, stop), daemon=True)
+    drainer.start()
+    try:
+        bridge = _make_bridge(queue, target)
+        if contract.tune is not None:
+            from trainer_runtime.tune import run_tune
+
+            grid = run_tune(
+                contract.tune,
+                contract.config,
+                lambda cfg, name, cbs: make_trainer(
+                    contract, train_fn, target, [*cbs, bridge], config=cfg, name=name
+                ),
+                run_name=contract.run_name,
+                storage_path=target.path,
+                storage_filesystem=target.filesystem,
+            )
+            best = grid.get_best_result()
+            outcome = f"best trial of {len(grid)}: {contract.tune.metric}=" + str(
+                best.metrics.get(contract.tune.metric) if best.metrics else None
+            )
+            errors = [r.error for r in grid if r.error is not None]
+            if errors and len(errors) == len(grid):
+                raise errors[0]
+        else:
+            result = make_trainer(contract, train_fn, target, [bridge]).fit()
+            metrics = result.metrics or {}
+            shown = ", ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in sorted(metrics.items())
+                if isinstance(v, int | float) and not k.startswith("_")
+            )
+            outcome = f"finished: {shown}" if shown else "finished"
+    except Exception as exc:
+        message = describe_training_failure(exc)
+        log.error("%s\n%s", message, traceback.format_exc())
+        _stop(stop, drainer)
+        reporter.finish(FAILED, message)
+        return EXIT_TRAINING_FAILED
+    _stop(stop, drainer)
+    reporter.finish(SUCCEEDED, outcome)
+    return EXIT_OK
+
+
+def _stop(stop: threading.Event, drainer: threading.Thread) -> None:
+    stop.set()
+    drainer.join(timeout=60)
+
+
+def reporter_for(contract: Contract, transport: Any, *, min_interval: float | None = None) -> Reporter:
+    return Reporter(
+        transport,
+        attempt=contract.attempt,
+        epochs=total_epochs(contract.config),
+        min_interval=contract.report.min_interval_seconds if min_interval is None else min_interval,
+        score_attribute=contract.checkpoint.score_attribute,
+        score_order=contract.checkpoint.score_order,
+    )

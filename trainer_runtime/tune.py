@@ -1,0 +1,100 @@
+"""Optional Ray Tune search over the training run (the contract's ``tune`` key).
+
+Ray Train V2 no longer accepts a trainer inside ``Tuner``: each trial is a small driver function
+that builds and fits its own ``TorchTrainer`` and passes its reports to Tune through
+``TuneReportCallback``. The param space is the documented ``{uniform: [lo, hi]}`` family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from trainer_runtime.contract import ContractError, TuneSettings
+
+_RANGE_FORMS = ("uniform", "loguniform", "randint", "quniform")
+
+
+def translate_param_space(space: Mapping[str, Any], where: str = "tune.paramSpace") -> dict[str, Any]:
+    """Turn the documented forms into Ray Tune search-space objects (plain values stay)."""
+    from ray import tune
+
+    out: dict[str, Any] = {}
+    for key, spec in space.items():
+        here = f"{where}.{key}"
+        if isinstance(spec, Mapping) and len(spec) == 1:
+            (form, arg), = spec.items()
+            if form in ("uniform", "loguniform", "randint"):
+                if (
+                    not isinstance(arg, list)
+                    or len(arg) != 2
+                    or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in arg)
+                    or arg[0] >= arg[1]
+                ):
+                    raise ContractError(f"{here}.{form}: expected [lo, hi] with lo < hi, got {arg!r}")
+                if form == "uniform":
+                    out[key] = tune.uniform(float(arg[0]), float(arg[1]))
+                elif form == "loguniform":
+                    if arg[0] <= 0:
+                        raise ContractError(f"{here}.loguniform: lo must be > 0, got {arg[0]!r}")
+                    out[key] = tune.loguniform(float(arg[0]), float(arg[1]))
+                else:
+                    if not all(isinstance(v, int) for v in arg):
+                        raise ContractError(f"{here}.randint: expected integers, got {arg!r}")
+                    out[key] = tune.randint(arg[0], arg[1])
+                continue
+            if form in ("choice", "grid"):
+                if not isinstance(arg, list) or not arg:
+                    raise ContractError(f"{here}.{form}: expected a non-empty list, got {arg!r}")
+                out[key] = tune.choice(arg) if form == "choice" else tune.grid_search(arg)
+                continue
+        out[key] = spec
+    return out
+
+
+def run_tune(
+    settings: TuneSettings,
+    base_config: Mapping[str, Any],
+    make_trainer: Callable[[dict[str, Any], str, list[Any]], Any],
+    *,
+    run_name: str,
+    storage_path: str,
+    storage_filesystem: Any,
+) -> Any:
+    """Run the search; ``make_trainer(config, name, callbacks)`` builds one trial's trainer."""
+    from ray import tune
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    def trial(config: dict[str, Any]) -> None:
+        trial_id = tune.get_context().get_trial_id()
+        trainer = make_trainer(config, f"{run_name}-{trial_id}", [TuneReportCallback()])
+        trainer.fit()
+
+    scheduler: Any = None
+    if settings.scheduler is not None and settings.scheduler.type == "ASHA":
+        from ray.tune.schedulers import ASHAScheduler
+
+        s = settings.scheduler
+        scheduler = ASHAScheduler(
+            max_t=s.max_t or 100,
+            grace_period=s.grace_period,
+            reduction_factor=s.reduction_factor,
+        )
+    param_space = {**base_config, **translate_param_space(settings.param_space)}
+    tuner = tune.Tuner(
+        trial,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            metric=settings.metric,
+            mode=settings.mode,
+            num_samples=settings.num_samples,
+            max_concurrent_trials=settings.max_concurrent_trials,
+            scheduler=scheduler,
+        ),
+        run_config=tune.RunConfig(
+            name=run_name,
+            storage_path=storage_path,
+            storage_filesystem=storage_filesystem,
+        ),
+    )
+    return tuner.fit()
