@@ -95,7 +95,10 @@ def _resolve_env(
 
 
 def _materialise_volumes(
-    core: client.CoreV1Api, namespace: str, pod_spec: dict[str, Any], container: dict[str, Any],
+    core: client.CoreV1Api,
+    namespace: str,
+    pod_spec: dict[str, Any],
+    container: dict[str, Any],
     workdir: pathlib.Path,
 ) -> dict[str, str]:
     """Write ConfigMap volumes to disk and map PVC mounts to local directories.
@@ -152,8 +155,10 @@ def _service_account_kubeconfig(
         ],
         "users": [{"name": service_account, "user": {"token": token.status.token}}],
         "contexts": [
-            {"name": "sa", "context": {"cluster": "c", "user": service_account,
-                                       "namespace": namespace}}
+            {
+                "name": "sa",
+                "context": {"cluster": "c", "user": service_account, "namespace": namespace},
+            }
         ],
         "current-context": "sa",
     }

@@ -1,0 +1,307 @@
+"""Operator at scale: N TrainJobs on a local control plane with many fake 8-GPU nodes.
+
+Measures, in one run:
+- baseline: a raw API create loop (N TrainJobs into a namespace no operator watches), creates/s;
+- TrainJob created → RayJob created latency, p50/p99 (client clock: from the create call's
+  return to the RayJob's ADDED watch event), and throughput in TrainJobs/s, as a ratio to the
+  baseline create rate;
+- operator RSS (VmRSS of the process) once all N have their RayJob;
+- API requests per TrainJob lifecycle (create → RayJob → runtime reports Succeeded →
+  Succeeded condition → delete → gone), from kube-apiserver's `apiserver_request_total`, less
+  the requests this script makes itself. The KubeRay operator is stopped for the run (default)
+  so that the count and the CPU are the operator's own; the controller-manager's few requests
+  are included, so the figure is an upper bound.
+
+    python benchmarks/operator_scale.py [--jobs 1000] [--nodes 500]
+
+Uses its own cluster (RAYTRAIN_CLUSTER=raytrain-bench) so tests' clusters are left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GROUP, VERSION, PLURAL = "raytrain.dev", "v1alpha1", "trainjobs"
+COUNTED = {
+    "trainjobs",
+    "rayjobs",
+    "configmaps",
+    "serviceaccounts",
+    "roles",
+    "rolebindings",
+    "events",
+    "secrets",
+    "persistentvolumeclaims",
+}
+
+
+def cluster_up(nodes: int, env: dict[str, str]) -> str:
+    out = subprocess.run(
+        ["bash", str(ROOT / "e2e/controlplane/cluster.sh"), "up"],
+        env={**env, "RAYTRAIN_NODES": str(nodes)},
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
+    return out.strip().splitlines()[-1].split("=", 1)[1]
+
+
+def trainjob(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "image": "raytrain/trainer-runtime:0.1.0",
+            "entrypoint": "examples.digits.train:train_loop_per_worker",
+            "scaling": {"numWorkers": 8, "workersPerPod": 8, "useGpu": True},
+            "storage": {"s3": {"uri": "s3://bench/checkpoints"}},
+        },
+    }
+
+
+def request_total(api_client: Any) -> float:
+    text = api_client.call_api(
+        "/metrics",
+        "GET",
+        auth_settings=["BearerToken"],
+        response_type="str",
+        _return_http_data_only=True,
+        _preload_content=True,
+    )
+    total = 0.0
+    for line in str(text).splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        match = re.search(r'resource="([^"]*)"', line)
+        if match and match.group(1) in COUNTED:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--lifecycle-jobs", type=int, default=50)
+    parser.add_argument("--keep-kuberay", action="store_true")
+    args = parser.parse_args()
+
+    from kubernetes import client, config, watch
+
+    env = {**os.environ, "RAYTRAIN_CLUSTER": os.environ.get("RAYTRAIN_CLUSTER", "raytrain-bench")}
+    t0 = time.monotonic()
+    kubeconfig = cluster_up(args.nodes, env)
+    print(f"cluster with {args.nodes} fake 8-GPU nodes up in {time.monotonic() - t0:.0f}s")
+    state = pathlib.Path(kubeconfig).parent
+    if not args.keep_kuberay and (state / "kuberay-operator.pid").exists():
+        pid = int((state / "kuberay-operator.pid").read_text())
+        try:
+            os.kill(pid, signal.SIGSTOP)  # paused, resumed at the end
+        except ProcessLookupError:
+            pid = 0
+    else:
+        pid = 0
+
+    config.load_kube_config(config_file=kubeconfig)
+    api_client = client.ApiClient()
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    for ns in ("bench-raw", "bench"):
+        subprocess.run(
+            [
+                "kubectl",
+                "--kubeconfig",
+                kubeconfig,
+                "delete",
+                "namespace",
+                ns,
+                "--wait=true",
+                "--ignore-not-found",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        core.create_namespace({"metadata": {"name": ns}})
+
+    # Baseline: raw creates, no operator watching.
+    start = time.monotonic()
+    for i in range(args.jobs):
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, "bench-raw", PLURAL, trainjob(f"raw-{i}")
+        )
+    raw_rate = args.jobs / (time.monotonic() - start)
+    print(f"baseline: raw create loop {raw_rate:.1f} TrainJobs/s")
+
+    operator = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "raytrain_operator",
+            "--namespace",
+            "bench",
+            "--metrics-port",
+            "18080",
+            "--health-port",
+            "18081",
+        ],
+        env={**env, "KUBECONFIG": kubeconfig},
+        stdout=subprocess.DEVNULL,
+        stderr=open(state / "bench-operator.log", "w"),  # noqa: SIM115
+    )
+    try:
+        return _measure(args, api_client, core, custom, operator, raw_rate, watch)
+    finally:
+        operator.terminate()
+        operator.wait(30)
+        if pid:
+            os.kill(pid, signal.SIGCONT)
+
+
+def _measure(
+    args: argparse.Namespace,
+    api_client: Any,
+    core: Any,
+    custom: Any,
+    operator: subprocess.Popen[bytes],
+    raw_rate: float,
+    watch: Any,
+) -> int:
+    created: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    done = threading.Event()
+
+    def watch_rayjobs() -> None:
+        stream = watch.Watch().stream(
+            custom.list_namespaced_custom_object,
+            "ray.io",
+            "v1",
+            "bench",
+            "rayjobs",
+            timeout_seconds=3600,
+        )
+        for event in stream:
+            if event["type"] != "ADDED":
+                continue
+            owner = event["object"]["metadata"].get("labels", {}).get("raytrain.dev/trainjob")
+            if owner and owner not in seen:
+                seen[owner] = time.monotonic()
+                if len(seen) >= args.jobs:
+                    done.set()
+                    return
+
+    threading.Thread(target=watch_rayjobs, daemon=True).start()
+    time.sleep(1.0)  # let the watch start before the first create
+    start = time.monotonic()
+    for i in range(args.jobs):
+        name = f"job-{i}"
+        custom.create_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, trainjob(name))
+        created[name] = time.monotonic()
+    if not done.wait(timeout=1800):
+        print(f"only {len(seen)}/{args.jobs} RayJobs appeared within 30 min", file=sys.stderr)
+        return 1
+    elapsed = max(seen.values()) - start
+    latencies = [seen[n] - created[n] for n in created if n in seen]
+    rss = rss_mib(operator.pid)
+    rate = args.jobs / elapsed
+    result: dict[str, Any] = {
+        "jobs": args.jobs,
+        "nodes": args.nodes,
+        "raw_create_per_s": round(raw_rate, 1),
+        "operator_per_s": round(rate, 1),
+        "ratio_to_raw": round(rate / raw_rate, 3),
+        "latency_p50_s": round(statistics.median(latencies), 3),
+        "latency_p99_s": round(percentile(latencies, 0.99), 3),
+        "operator_rss_mib": round(rss, 1),
+    }
+
+    # Lifecycle request count on a fresh batch.
+    n = args.lifecycle_jobs
+    before = request_total(api_client)
+    own = 0
+    for i in range(n):
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, "bench", PLURAL, trainjob(f"life-{i}")
+        )
+        own += 1
+    pending = {f"life-{i}" for i in range(n)}
+    deadline = time.monotonic() + 600
+    while pending and time.monotonic() < deadline:
+        for name in list(pending):
+            own += 1
+            obj = custom.get_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, name)
+            if (obj.get("status") or {}).get("rayJobName"):
+                own += 1
+                custom.patch_namespaced_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    "bench",
+                    PLURAL,
+                    name,
+                    {
+                        "status": {
+                            "trainerStatus": {
+                                "phase": "Succeeded",
+                                "progressPercentage": 100,
+                                "lastUpdatedTime": "2026-01-01T00:00:00Z",
+                            }
+                        }
+                    },
+                )
+                pending.discard(name)
+        time.sleep(0.5)
+    succeeded: set[str] = set()
+    while len(succeeded) < n and time.monotonic() < deadline:
+        own += 1
+        items = custom.list_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL)["items"]
+        for obj in items:
+            conds = {
+                c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []
+            }
+            if obj["metadata"]["name"].startswith("life-") and conds.get("Succeeded") == "True":
+                succeeded.add(obj["metadata"]["name"])
+        time.sleep(1.0)
+    for i in range(n):
+        own += 1
+        custom.delete_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, f"life-{i}")
+    gone_deadline = time.monotonic() + 300
+    while time.monotonic() < gone_deadline:
+        own += 1
+        items = custom.list_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL)["items"]
+        if not any(o["metadata"]["name"].startswith("life-") for o in items):
+            break
+        time.sleep(1.0)
+    after = request_total(api_client)
+    result["lifecycle_jobs"] = n
+    result["lifecycle_succeeded"] = len(succeeded)
+    result["api_requests_per_lifecycle"] = round((after - before - own) / n, 1)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
