@@ -1,0 +1,128 @@
+"""Object metadata of the children: the label vocabulary, the allow-list, owner references.
+
+Children carry a small vocabulary under `raytrain.dev/` so the operator (and users) can find
+them. Labels and annotations of the TrainJob reach the children only through an allow-list:
+copying everything would copy `kubectl.kubernetes.io/last-applied-configuration`, kopf's
+bookkeeping, or a GitOps tool's tracking label, and Argo CD or Flux would then treat the
+children as their own and prune them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from raytrain_operator.api.v1alpha1 import API_VERSION, KIND
+
+PREFIX = "raytrain.dev"
+LABEL_TRAINJOB = f"{PREFIX}/trainjob"
+LABEL_ATTEMPT = f"{PREFIX}/attempt"
+LABEL_ROLE = f"{PREFIX}/role"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "raytrain-operator"
+#: Generation of the TrainJob a RayJob was built from (an annotation on the RayJob).
+ANNOTATION_GENERATION = f"{PREFIX}/generation"
+#: Set on the TrainJob before a suspend; the runtime checkpoints when it sees it.
+ANNOTATION_CHECKPOINT_REQUESTED = f"{PREFIX}/checkpoint-requested"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+#: Parent label/annotation keys copied to the children: plain keys without a prefix (the user's
+#: own, like `team: vision`) and these well-known ones.
+ALLOWED_KEYS = frozenset(
+    {
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/component",
+        "app.kubernetes.io/part-of",
+        "app.kubernetes.io/version",
+    }
+)
+#: Never set on a child, whatever the source: tooling bookkeeping and GitOps tracking.
+DENIED_PREFIXES = (
+    "kubectl.kubernetes.io/",
+    "kopf.zalando.org/",
+    "argocd.argoproj.io/",
+    "kustomize.toolkit.fluxcd.io/",
+    "helm.toolkit.fluxcd.io/",
+    "meta.helm.sh/",
+    "kueue.x-k8s.io/",
+)
+DENIED_KEYS = frozenset({"app.kubernetes.io/instance", "app.kubernetes.io/managed-by"})
+
+
+def is_denied(key: str) -> bool:
+    return key in DENIED_KEYS or key.startswith(DENIED_PREFIXES)
+
+
+def allowed_from_parent(source: Mapping[str, str] | None) -> dict[str, str]:
+    """Keys of the TrainJob's labels or annotations that may be copied to a child."""
+    out: dict[str, str] = {}
+    for key, value in (source or {}).items():
+        if is_denied(key):
+            continue
+        if "/" not in key or key in ALLOWED_KEYS:
+            out[key] = value
+    return out
+
+
+def without_denied(source: Mapping[str, str] | None) -> dict[str, str]:
+    """The user's explicit pod labels/annotations minus tooling and GitOps keys."""
+    return {k: v for k, v in (source or {}).items() if not is_denied(k)}
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What the builders need from the TrainJob's metadata."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int = 1
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> Meta:
+        return cls(
+            name=str(metadata["name"]),
+            namespace=str(metadata.get("namespace") or "default"),
+            uid=str(metadata.get("uid") or ""),
+            generation=int(metadata.get("generation") or 1),
+            labels=dict(metadata.get("labels") or {}),
+            annotations=dict(metadata.get("annotations") or {}),
+        )
+
+
+def owner_reference(meta: Meta) -> dict[str, Any]:
+    """The TrainJob as controller of a child: deleting it garbage-collects the child."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": meta.name,
+        "uid": meta.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def base_labels(meta: Meta, attempt: int | None = None) -> dict[str, str]:
+    """Labels of every child: the allowed parent labels, then our vocabulary (which wins)."""
+    labels = allowed_from_parent(meta.labels)
+    labels[LABEL_TRAINJOB] = meta.name
+    labels[LABEL_MANAGED_BY] = MANAGED_BY
+    if attempt is not None:
+        labels[LABEL_ATTEMPT] = str(attempt)
+    return labels
+
+
+def child_metadata(meta: Meta, name: str, attempt: int | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": meta.namespace,
+        "labels": base_labels(meta, attempt),
+        "ownerReferences": [owner_reference(meta)],
+    }
+    annotations = allowed_from_parent(meta.annotations)
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata

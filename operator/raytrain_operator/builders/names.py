@@ -1,0 +1,87 @@
+"""Deterministic names of everything a TrainJob owns, and the check that they all fit.
+
+A child's name is a pure function of the TrainJob's name (and attempt), so creating a child twice
+finds the first one instead of making a duplicate. KubeRay adds its own suffixes to the RayJob's
+name (the RayCluster `<rayjob>-<5 random>`, its `<raycluster>-head-svc`, worker pods
+`<raycluster>-<group>-worker-<5 random>`), so the check covers those too.
+"""
+
+from __future__ import annotations
+
+import re
+
+from raytrain_operator.api.v1alpha1 import MAX_NAME_LENGTH
+
+#: Kubernetes' limit for names that become DNS labels (Services) and label values.
+DNS_LABEL_MAX = 63
+#: Longest attempt suffix we plan for: backoffLimit is at most 100, so attempts run 0..100.
+MAX_ATTEMPT = 100
+#: The one worker group of every RayJob.
+WORKER_GROUP = "workers"
+#: KubeRay's random suffix of a RayCluster created for a RayJob (`-` plus 5 characters).
+RAYCLUSTER_SUFFIX_LEN = 6
+RUN_NAME_UID_HEX = 12
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def rayjob_name(name: str, attempt: int) -> str:
+    """RayJob of one attempt: `<name>-<attempt>`."""
+    return f"{name}-{attempt}"
+
+
+def contract_configmap_name(name: str) -> str:
+    return f"{name}-contract"
+
+
+def runtime_account_name(name: str) -> str:
+    """ServiceAccount, Role and RoleBinding of the pods share this name."""
+    return f"{name}-runtime"
+
+
+def run_name(name: str, uid: str) -> str:
+    """Ray Train run name: stable across attempts, new for a re-created TrainJob of this name."""
+    hex_digits = uid.replace("-", "").lower()[:RUN_NAME_UID_HEX]
+    return f"{name}-{hex_digits}"
+
+
+def raycluster_name_example(rayjob: str) -> str:
+    """The longest RayCluster name KubeRay derives from a RayJob name."""
+    return rayjob + "-" + "x" * (RAYCLUSTER_SUFFIX_LEN - 1)
+
+
+def all_names(name: str, attempt: int = MAX_ATTEMPT) -> dict[str, str]:
+    """Every name derived from a TrainJob, including KubeRay's, at the given attempt."""
+    rayjob = rayjob_name(name, attempt)
+    cluster = raycluster_name_example(rayjob)
+    return {
+        "rayjob": rayjob,
+        "raycluster": cluster,
+        "head-service": f"{cluster}-head-svc",
+        "rayjob-head-service": f"{rayjob}-head-svc",
+        "worker-group": WORKER_GROUP,
+        "contract-configmap": contract_configmap_name(name),
+        "runtime-account": runtime_account_name(name),
+    }
+
+
+def name_problems(name: str) -> list[str]:
+    """Why a TrainJob name cannot be used: empty when every derived name fits 63 characters."""
+    problems: list[str] = []
+    if len(name) > MAX_NAME_LENGTH:
+        problems.append(
+            f"metadata.name {name!r} has {len(name)} characters; at most {MAX_NAME_LENGTH} "
+            "are allowed so that KubeRay's names fit. Choose a shorter name."
+        )
+    if not _DNS_LABEL.match(name):
+        problems.append(
+            f"metadata.name {name!r} must be a DNS label (lower-case letters, digits and '-') "
+            "because it names Services. Choose such a name."
+        )
+    for what, child in all_names(name).items():
+        if len(child) > DNS_LABEL_MAX:
+            problems.append(
+                f"the {what} name {child!r} derived from metadata.name would have {len(child)} "
+                f"characters (limit {DNS_LABEL_MAX}); choose a shorter TrainJob name"
+            )
+    return problems

@@ -1,0 +1,275 @@
+"""Pod templates of the Ray head and workers: storage, contract, resources, placement.
+
+Every pod (head and workers) gets the same storage wiring and the contract mount, so a path
+written by one worker is the same path on every other and on the head. Credentials reach the
+pods only as `secretKeyRef` environment variables: the builders never see a Secret's values.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from raytrain_operator.api.v1alpha1 import PlacementStrategy, PodOverrides, TrainJobSpec
+from raytrain_operator.builders import quantities
+from raytrain_operator.builders.contract import (
+    CONTRACT_DIR,
+    CONTRACT_KEY,
+    CONTRACT_PATH,
+    gpus_per_worker,
+)
+from raytrain_operator.builders.meta import (
+    LABEL_ROLE,
+    LABEL_TRAINJOB,
+    Meta,
+    allowed_from_parent,
+    base_labels,
+    without_denied,
+)
+from raytrain_operator.builders.names import contract_configmap_name, runtime_account_name
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+CONTRACT_VOLUME = "raytrain-contract"
+STORAGE_VOLUME = "raytrain-storage"
+HEAD_CONTAINER = "ray-head"
+WORKER_CONTAINER = "ray-worker"
+#: The head runs Ray's control processes and the driver, never training workers.
+DEFAULT_HEAD_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "1", "memory": "2Gi"},
+    "limits": {"memory": "2Gi"},
+}
+
+
+def pod_service_account(spec: TrainJobSpec, meta: Meta, overrides: PodOverrides | None) -> str:
+    """The pods' service account: the user's override, the IRSA account, or the per-job one."""
+    if overrides is not None and overrides.service_account_name:
+        return overrides.service_account_name
+    if spec.storage.s3 is not None and spec.storage.s3.service_account_name:
+        return spec.storage.s3.service_account_name
+    return runtime_account_name(meta.name)
+
+
+def contract_env(meta: Meta) -> list[dict[str, Any]]:
+    return [
+        {"name": "RAYTRAIN_CONTRACT", "value": CONTRACT_PATH},
+        {"name": "RAYTRAIN_TRAINJOB_NAMESPACE", "value": meta.namespace},
+        {"name": "RAYTRAIN_TRAINJOB_NAME", "value": meta.name},
+    ]
+
+
+def storage_env(spec: TrainJobSpec) -> list[dict[str, Any]]:
+    """AWS variables for S3 storage: credentials by reference, endpoint and region by value."""
+    s3 = spec.storage.s3
+    if s3 is None:
+        return []
+    env: list[dict[str, Any]] = []
+    secret = s3.credentials_secret
+    if secret is not None:
+        keys = [
+            ("AWS_ACCESS_KEY_ID", secret.access_key_id_key),
+            ("AWS_SECRET_ACCESS_KEY", secret.secret_access_key_key),
+        ]
+        if secret.session_token_key:
+            keys.append(("AWS_SESSION_TOKEN", secret.session_token_key))
+        env += [
+            {"name": var, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": key}}}
+            for var, key in keys
+        ]
+    if s3.endpoint:
+        env.append({"name": "AWS_ENDPOINT_URL", "value": s3.endpoint})
+    if s3.region:
+        env.append({"name": "AWS_REGION", "value": s3.region})
+        env.append({"name": "AWS_DEFAULT_REGION", "value": s3.region})
+    return env
+
+
+def volumes(spec: TrainJobSpec, meta: Meta) -> list[dict[str, Any]]:
+    vols: list[dict[str, Any]] = [
+        {
+            "name": CONTRACT_VOLUME,
+            "configMap": {
+                "name": contract_configmap_name(meta.name),
+                "items": [{"key": CONTRACT_KEY, "path": CONTRACT_KEY}],
+            },
+        }
+    ]
+    if spec.storage.pvc is not None:
+        vols.append(
+            {
+                "name": STORAGE_VOLUME,
+                "persistentVolumeClaim": {"claimName": spec.storage.pvc.claim_name},
+            }
+        )
+    return vols
+
+
+def volume_mounts(spec: TrainJobSpec) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [
+        {"name": CONTRACT_VOLUME, "mountPath": CONTRACT_DIR, "readOnly": True}
+    ]
+    if spec.storage.pvc is not None:
+        mounts.append({"name": STORAGE_VOLUME, "mountPath": spec.storage.pvc.mount_path})
+    return mounts
+
+
+def worker_resources(spec: TrainJobSpec) -> dict[str, Any]:
+    """Container requests and limits of one worker pod: resourcesPerWorker x workersPerPod."""
+    res = spec.scaling.resources_per_worker
+    per_pod = spec.scaling.workers_per_pod
+    cpu = quantities.parse(
+        res.cpu if res is not None and res.cpu is not None else 1,
+        "spec.scaling.resourcesPerWorker.cpu",
+    )
+    amounts: dict[str, str] = {"cpu": quantities.cpu_string(cpu * per_pod)}
+    if res is not None and res.memory is not None:
+        memory = quantities.parse(res.memory, "spec.scaling.resourcesPerWorker.memory")
+        amounts["memory"] = quantities.memory_string(memory * per_pod)
+    gpus = gpus_per_worker(spec)
+    if gpus:
+        amounts[GPU_RESOURCE] = str(gpus * per_pod)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def custom_group_resources(spec: TrainJobSpec) -> dict[str, str]:
+    """Ray custom resources of one worker pod (KubeRay's group-level `resources`)."""
+    res = spec.scaling.resources_per_worker
+    if res is None or not res.custom:
+        return {}
+    per_pod = spec.scaling.workers_per_pod
+    return {name: format(amount * per_pod, "g") for name, amount in res.custom.items()}
+
+
+def placement_affinity(spec: TrainJobSpec, meta: Meta) -> dict[str, Any]:
+    """Affinity derived from scaling: GPU product and the placement strategy of workers."""
+    affinity: dict[str, Any] = {}
+    if spec.scaling.accelerator_type:
+        affinity["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": GPU_PRODUCT_LABEL,
+                                "operator": "In",
+                                "values": [spec.scaling.accelerator_type],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    term = {
+        "labelSelector": {"matchLabels": {LABEL_TRAINJOB: meta.name, LABEL_ROLE: "worker"}},
+        "topologyKey": HOSTNAME_TOPOLOGY,
+    }
+    strategy = spec.scaling.placement_strategy
+    if strategy is PlacementStrategy.STRICT_SPREAD:
+        affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    elif strategy is PlacementStrategy.STRICT_PACK:
+        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    elif strategy is PlacementStrategy.PACK:
+        affinity["podAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}
+            ]
+        }
+    return affinity
+
+
+def spread_constraints(spec: TrainJobSpec, meta: Meta) -> list[dict[str, Any]]:
+    if spec.scaling.placement_strategy is not PlacementStrategy.SPREAD:
+        return []
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": HOSTNAME_TOPOLOGY,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {LABEL_TRAINJOB: meta.name, LABEL_ROLE: "worker"}},
+        }
+    ]
+
+
+def merge_affinity(ours: dict[str, Any], theirs: dict[str, Any] | None) -> dict[str, Any]:
+    """Both must hold: required node terms are ANDed, every other list is concatenated."""
+    merged = copy.deepcopy(theirs or {})
+    for kind, part in ours.items():
+        target = merged.setdefault(kind, {})
+        for when, value in part.items():
+            if kind == "nodeAffinity" and when == "requiredDuringSchedulingIgnoredDuringExecution":
+                ours_expr = value["nodeSelectorTerms"][0]["matchExpressions"]
+                terms = target.get(when, {}).get("nodeSelectorTerms") or [{}]
+                for t in terms:
+                    t["matchExpressions"] = list(t.get("matchExpressions") or []) + ours_expr
+                target[when] = {"nodeSelectorTerms": terms}
+            else:
+                target[when] = list(target.get(when) or []) + list(value)
+    return merged
+
+
+def _env(spec: TrainJobSpec, meta: Meta, overrides: PodOverrides | None) -> list[dict[str, Any]]:
+    """Our variables first; the user's extra ones after, minus any that would shadow ours."""
+    ours = contract_env(meta) + storage_env(spec)
+    names = {e["name"] for e in ours}
+    extra = [e for e in (overrides.env if overrides else None) or [] if e.get("name") not in names]
+    return ours + copy.deepcopy(extra)
+
+
+def build_pod_template(
+    spec: TrainJobSpec, meta: Meta, attempt: int, role: str, overrides: PodOverrides | None
+) -> dict[str, Any]:
+    """The pod template of the head (`role="head"`) or the workers (`role="worker"`)."""
+    labels = without_denied(overrides.labels if overrides else None)
+    labels.update(base_labels(meta, attempt))
+    labels[LABEL_ROLE] = role
+    annotations = allowed_from_parent(meta.annotations)
+    annotations.update(without_denied(overrides.annotations if overrides else None))
+
+    if role == "head":
+        resources = copy.deepcopy(
+            overrides.resources if overrides and overrides.resources else DEFAULT_HEAD_RESOURCES
+        )
+    else:
+        resources = worker_resources(spec)
+
+    container: dict[str, Any] = {
+        "name": HEAD_CONTAINER if role == "head" else WORKER_CONTAINER,
+        "image": spec.image,
+        "env": _env(spec, meta, overrides),
+        "resources": resources,
+        "volumeMounts": volume_mounts(spec),
+    }
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    if overrides is not None and overrides.env_from:
+        container["envFrom"] = copy.deepcopy(overrides.env_from)
+
+    pod: dict[str, Any] = {
+        "serviceAccountName": pod_service_account(spec, meta, overrides),
+        "containers": [container],
+        "volumes": volumes(spec, meta),
+    }
+    ours = placement_affinity(spec, meta) if role == "worker" else {}
+    affinity = merge_affinity(ours, overrides.affinity if overrides else None)
+    if affinity:
+        pod["affinity"] = affinity
+    spread = spread_constraints(spec, meta) if role == "worker" else []
+    if spread:
+        pod["topologySpreadConstraints"] = spread
+    tolerations = list(copy.deepcopy(overrides.tolerations or [])) if overrides else []
+    if role == "worker" and gpus_per_worker(spec) > 0:
+        gpu_toleration = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+        if gpu_toleration not in tolerations:
+            tolerations.append(gpu_toleration)
+    if tolerations:
+        pod["tolerations"] = tolerations
+    if overrides is not None and overrides.node_selector:
+        pod["nodeSelector"] = dict(overrides.node_selector)
+    if overrides is not None and overrides.priority_class_name:
+        pod["priorityClassName"] = overrides.priority_class_name
+
+    metadata: dict[str, Any] = {"labels": labels}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"metadata": metadata, "spec": pod}
