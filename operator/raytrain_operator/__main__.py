@@ -1,0 +1,72 @@
+"""`python -m raytrain_operator`: run the operator in-process with our settings.
+
+One replica, no peering (the chart runs it with the Recreate strategy). Cluster-wide unless
+--namespace is given (repeatable). Prometheus metrics on --metrics-port at /metrics, kopf's
+liveness probe on --health-port at /healthz.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+import kopf
+
+from raytrain_operator import metrics
+from raytrain_operator.settings import CONFIG
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m raytrain_operator", description=__doc__)
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch only this namespace (repeatable); default: the whole cluster",
+    )
+    parser.add_argument("--metrics-port", type=int, default=CONFIG.metrics_port)
+    parser.add_argument("--health-port", type=int, default=CONFIG.health_port)
+    parser.add_argument("--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--log-format", choices=["plain", "full", "json"], default="full", help="log line format"
+    )
+    parser.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=CONFIG.resync_seconds,
+        help="reconcile every TrainJob at least this often (default %(default)s)",
+    )
+    parser.add_argument(
+        "--checkpoint-grace-seconds",
+        type=float,
+        default=CONFIG.checkpoint_grace_seconds,
+        help="longest wait for a checkpoint before a suspend goes ahead (default %(default)s)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    CONFIG.namespaces = list(args.namespace)
+    CONFIG.metrics_port = args.metrics_port
+    CONFIG.health_port = args.health_port
+    CONFIG.verbose = args.verbose
+    CONFIG.resync_seconds = args.resync_seconds
+    CONFIG.checkpoint_grace_seconds = args.checkpoint_grace_seconds
+    # Handlers read CONFIG when they are registered, so import them only now.
+    importlib.import_module("raytrain_operator.handlers")
+
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
+    metrics.serve(args.metrics_port)
+    kopf.run(
+        standalone=True,
+        clusterwide=not CONFIG.namespaces,
+        namespaces=CONFIG.namespaces,
+        liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

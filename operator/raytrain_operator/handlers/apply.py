@@ -1,0 +1,122 @@
+"""Carry out a Plan's actions on the children, idempotently.
+
+Every create tolerates "already exists" by reading the object back; every delete tolerates
+"not found". A child that exists under our name but belongs to another owner is never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import kopf
+
+from raytrain_operator import k8s, metrics
+from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_operator.builders.contract import build_contract_configmap
+from raytrain_operator.builders.meta import LABEL_TRAINJOB, Meta
+from raytrain_operator.builders.names import contract_configmap_name, runtime_account_name
+from raytrain_operator.builders.rayjob import build_rayjob
+from raytrain_operator.builders.rbac import build_rbac
+from raytrain_operator.status import machine
+from raytrain_operator.status.machine import (
+    Action,
+    Annotate,
+    DeleteChildren,
+    DeleteRayJob,
+    EnsureChildren,
+    SetRayJobSuspend,
+)
+
+
+def _owned(obj: Mapping[str, Any], meta: Meta) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == meta.uid for r in refs)
+
+
+def _ensure(body: dict[str, Any], meta: Meta, *, update: tuple[str, ...] = ()) -> bool:
+    """Create a child or find it; bring the `update` top-level fields in line. True if created."""
+    obj, created = k8s.create_or_get(body)
+    if created:
+        return True
+    kind, name = body["kind"], body["metadata"]["name"]
+    if not _owned(obj, meta):
+        raise kopf.TemporaryError(
+            f"{kind} {meta.namespace}/{name} exists but does not belong to TrainJob "
+            f"{meta.name}; delete it or rename the TrainJob",
+            delay=30,
+        )
+    changes = {key: body[key] for key in update if obj.get(key) != body[key]}
+    if changes:
+        k8s.patch(kind, meta.namespace, name, changes)
+    return False
+
+
+def ensure_children(
+    trainjob: TrainJob,
+    meta: Meta,
+    action: EnsureChildren,
+    creation_timestamp: str | None,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
+    _ensure(build_contract_configmap(trainjob, meta, action.attempt), meta, update=("data",))
+    for obj in build_rbac(trainjob, meta):
+        _ensure(obj, meta, update=("subjects",) if obj["kind"] == "RoleBinding" else ())
+    rayjob = build_rayjob(trainjob, meta, action.attempt, suspend=action.suspend)
+    annotations = rayjob["metadata"].setdefault("annotations", {})
+    annotations[machine.ANNOTATION_SPEC_HASH] = machine.spec_hash(trainjob)
+    if trainjob.spec.suspend:
+        annotations[machine.ANNOTATION_SUSPENDED_BY_USER] = "true"
+    if _ensure(rayjob, meta):
+        logger.info(f"Created RayJob {rayjob['metadata']['name']} (attempt {action.attempt}).")
+        created = machine.parse_time(creation_timestamp)
+        if created is not None and action.attempt == 0:
+            elapsed = (machine.now_utc() - created).total_seconds()
+            metrics.RAYJOB_CREATION_SECONDS.observe(max(elapsed, 0.0))
+
+
+def delete_children(meta: Meta) -> None:
+    selector = f"{LABEL_TRAINJOB}={meta.name}"
+    for name in k8s.list_rayjob_names(meta.namespace, selector):
+        rayjob = k8s.get_rayjob(meta.namespace, name)
+        if rayjob is not None and _owned(rayjob, meta):
+            k8s.delete_rayjob(meta.namespace, name)
+    k8s.delete("ConfigMap", meta.namespace, contract_configmap_name(meta.name))
+    for kind in ("RoleBinding", "Role", "ServiceAccount"):
+        k8s.delete(kind, meta.namespace, runtime_account_name(meta.name))
+
+
+def run(
+    actions: list[Action],
+    trainjob: TrainJob | None,
+    meta: Meta,
+    patch: kopf.Patch,
+    creation_timestamp: str | None,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    now: datetime,
+) -> None:
+    for action in actions:
+        if isinstance(action, EnsureChildren):
+            if trainjob is not None:
+                ensure_children(trainjob, meta, action, creation_timestamp, logger)
+        elif isinstance(action, SetRayJobSuspend):
+            value = "true" if action.by_user and action.suspend else None
+            k8s.patch_rayjob(
+                meta.namespace,
+                action.name,
+                {
+                    "metadata": {"annotations": {machine.ANNOTATION_SUSPENDED_BY_USER: value}},
+                    "spec": {"suspend": action.suspend},
+                },
+            )
+            logger.info(f"{'Suspended' if action.suspend else 'Resumed'} RayJob {action.name}.")
+        elif isinstance(action, DeleteRayJob):
+            k8s.delete_rayjob(meta.namespace, action.name)
+            logger.info(f"Deleted RayJob {action.name}.")
+        elif isinstance(action, DeleteChildren):
+            delete_children(meta)
+            logger.info("Deleted the children after ttlSecondsAfterFinished.")
+        elif isinstance(action, Annotate):
+            patch.metadata.annotations[action.key] = action.value

@@ -1,0 +1,85 @@
+"""kopf handlers of TrainJobs: create, resume, update, delete, and a periodic resync.
+
+Every handler runs the same level-triggered reconcile pass; they differ only in what wakes them
+up. Children are owned by the TrainJob (ownerReferences), so deleting it lets Kubernetes'
+garbage collector remove them: the delete handler is optional and adds no finalizer, and a
+TrainJob never waits on the operator to go away.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from raytrain_operator import metrics
+from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
+from raytrain_operator.handlers.reconcile import reconcile
+from raytrain_operator.settings import CONFIG
+from raytrain_operator.status import machine
+
+
+def _retry_if_stalled(plan: machine.Plan) -> None:
+    """Change handlers retry a stalled TrainJob so that fixing the cause unblocks it."""
+    if plan.phase == machine.STALLED:
+        raise kopf.TemporaryError(
+            "waiting for the problem in status.conditions[Stalled] to be fixed",
+            delay=CONFIG.preflight_retry_seconds,
+        )
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL, id="create")
+def on_create(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    rayjobs_by_name: kopf.Index[Any, Any] | None = None,
+    **_: Any,
+) -> None:
+    _retry_if_stalled(reconcile("create", body, patch, logger, rayjobs_by_name))
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL, id="resume")
+def on_resume(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    rayjobs_by_name: kopf.Index[Any, Any] | None = None,
+    **_: Any,
+) -> None:
+    _retry_if_stalled(reconcile("resume", body, patch, logger, rayjobs_by_name))
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL, id="update", field="spec")
+def on_update(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    rayjobs_by_name: kopf.Index[Any, Any] | None = None,
+    **_: Any,
+) -> None:
+    _retry_if_stalled(reconcile("update", body, patch, logger, rayjobs_by_name))
+
+
+@kopf.timer(
+    GROUP,
+    VERSION,
+    PLURAL,
+    id="resync",
+    interval=CONFIG.resync_seconds,
+    initial_delay=CONFIG.resync_seconds,
+)
+def resync(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    rayjobs_by_name: kopf.Index[Any, Any] | None = None,
+    **_: Any,
+) -> None:
+    reconcile("resync", body, patch, logger, rayjobs_by_name)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, id="delete", optional=True)
+def on_delete(namespace: str | None, name: str, logger: kopf.Logger, **_: Any) -> None:
+    metrics.observe_trainjob(namespace or "", name, None, frozenset())
+    logger.info("TrainJob deleted; Kubernetes garbage-collects its RayJob, ConfigMap and RBAC.")

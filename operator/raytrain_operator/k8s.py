@@ -1,0 +1,225 @@
+"""Thin helpers over the Kubernetes API: create-or-read, get-or-none, delete-if-present.
+
+All calls go through `call`, which counts failures by verb and resource for the metrics;
+404 on read/delete and 409 on create are answers, not errors. Secret values are never logged:
+the only thing read from a Secret is the list of its keys.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+from raytrain_operator import metrics
+
+T = TypeVar("T")
+RAY_GROUP, RAY_VERSION, RAYJOBS = "ray.io", "v1", "rayjobs"
+
+
+@functools.lru_cache(maxsize=1)
+def client() -> kubernetes.client.ApiClient:
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+    return kubernetes.client.ApiClient()
+
+
+def core() -> Any:
+    return kubernetes.client.CoreV1Api(client())
+
+
+def rbac() -> Any:
+    return kubernetes.client.RbacAuthorizationV1Api(client())
+
+
+def custom() -> Any:
+    return kubernetes.client.CustomObjectsApi(client())
+
+
+def call(verb: str, resource: str, fn: Callable[[], T], *, ok: tuple[int, ...] = ()) -> T | None:
+    """Run one API call; None for an expected status in `ok` (404, 409), else raise."""
+    try:
+        return fn()
+    except ApiException as exc:
+        if exc.status in ok:
+            return None
+        metrics.API_ERRORS.labels(verb=verb, resource=resource).inc()
+        raise
+
+
+def _sanitize(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, dict):
+        return obj
+    result: dict[str, Any] = client().sanitize_for_serialization(obj)
+    return result
+
+
+# ------------------------------------------------------------------------------ typed objects
+
+_CORE_KINDS = {
+    "ConfigMap": ("configmaps", "config_map"),
+    "ServiceAccount": ("serviceaccounts", "service_account"),
+}
+_RBAC_KINDS = {"Role": ("roles", "role"), "RoleBinding": ("rolebindings", "role_binding")}
+
+
+def _api_for(kind: str) -> tuple[Any, str, str]:
+    if kind in _CORE_KINDS:
+        resource, suffix = _CORE_KINDS[kind]
+        return core(), resource, suffix
+    resource, suffix = _RBAC_KINDS[kind]
+    return rbac(), resource, suffix
+
+
+def get(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """A ConfigMap, ServiceAccount, Role or RoleBinding, or None."""
+    if kind == "RayJob":
+        return get_rayjob(namespace, name)
+    api, resource, suffix = _api_for(kind)
+    fn = getattr(api, f"read_namespaced_{suffix}")
+    obj = call("get", resource, lambda: fn(name, namespace), ok=(404,))
+    return None if obj is None else _sanitize(obj)
+
+
+def create_or_get(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Create a child; if it exists already (409) read it back. Returns (object, created)."""
+    kind = body["kind"]
+    namespace = body["metadata"]["namespace"]
+    name = body["metadata"]["name"]
+    if kind == "RayJob":
+        created = call(
+            "create",
+            RAYJOBS,
+            lambda: custom().create_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, body
+            ),
+            ok=(409,),
+        )
+    else:
+        api, resource, suffix = _api_for(kind)
+        fn = getattr(api, f"create_namespaced_{suffix}")
+        created = call("create", resource, lambda: fn(namespace, body), ok=(409,))
+    if created is not None:
+        return _sanitize(created), True
+    existing = get(kind, namespace, name)
+    if existing is None:  # deleted between our create and read: the next pass creates it
+        raise kubernetes.client.exceptions.ApiException(
+            status=409, reason=f"{kind} {namespace}/{name} is being deleted; retrying"
+        )
+    return existing, False
+
+
+def patch(kind: str, namespace: str, name: str, body: dict[str, Any]) -> None:
+    if kind == "RayJob":
+        patch_rayjob(namespace, name, body)
+        return
+    api, resource, suffix = _api_for(kind)
+    fn = getattr(api, f"patch_namespaced_{suffix}")
+    call("patch", resource, lambda: fn(name, namespace, body))
+
+
+def delete(kind: str, namespace: str, name: str) -> None:
+    if kind == "RayJob":
+        delete_rayjob(namespace, name)
+        return
+    api, resource, suffix = _api_for(kind)
+    fn = getattr(api, f"delete_namespaced_{suffix}")
+    call("delete", resource, lambda: fn(name, namespace), ok=(404,))
+
+
+# ------------------------------------------------------------------------------------ RayJobs
+
+
+def get_rayjob(namespace: str, name: str) -> dict[str, Any] | None:
+    obj = call(
+        "get",
+        RAYJOBS,
+        lambda: custom().get_namespaced_custom_object(
+            RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, name
+        ),
+        ok=(404,),
+    )
+    return None if obj is None else _sanitize(obj)
+
+
+def patch_rayjob(namespace: str, name: str, body: dict[str, Any]) -> None:
+    call(
+        "patch",
+        RAYJOBS,
+        lambda: custom().patch_namespaced_custom_object(
+            RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, name, body
+        ),
+        ok=(404,),
+    )
+
+
+def delete_rayjob(namespace: str, name: str) -> None:
+    call(
+        "delete",
+        RAYJOBS,
+        lambda: custom().delete_namespaced_custom_object(
+            RAY_GROUP,
+            RAY_VERSION,
+            namespace,
+            RAYJOBS,
+            name,
+            body={"propagationPolicy": "Background"},
+        ),
+        ok=(404,),
+    )
+
+
+def list_rayjob_names(namespace: str, label_selector: str) -> list[str]:
+    result = call(
+        "list",
+        RAYJOBS,
+        lambda: custom().list_namespaced_custom_object(
+            RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, label_selector=label_selector
+        ),
+    )
+    items = (result or {}).get("items") or []
+    return [str(item["metadata"]["name"]) for item in items]
+
+
+# ------------------------------------------------------------------------------ preflight reads
+
+
+def pvc_access_modes(namespace: str, name: str) -> list[str] | None:
+    """Access modes a PersistentVolumeClaim asks for, or None when it does not exist."""
+    pvc = call(
+        "get",
+        "persistentvolumeclaims",
+        lambda: core().read_namespaced_persistent_volume_claim(name, namespace),
+        ok=(404,),
+    )
+    if pvc is None:
+        return None
+    return list(pvc.spec.access_modes or [])
+
+
+def secret_keys(namespace: str, name: str) -> set[str] | None:
+    """Names of a Secret's keys (never its values), or None when it does not exist."""
+    secret = call(
+        "get",
+        "secrets",
+        lambda: core().read_namespaced_secret(name, namespace),
+        ok=(404,),
+    )
+    if secret is None:
+        return None
+    return set((secret.data or {}).keys())
+
+
+def service_account_exists(namespace: str, name: str) -> bool:
+    account = call(
+        "get",
+        "serviceaccounts",
+        lambda: core().read_namespaced_service_account(name, namespace),
+        ok=(404,),
+    )
+    return account is not None
