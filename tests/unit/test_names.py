@@ -1,0 +1,45 @@
+"""Child names are deterministic and every one, KubeRay's included, fits in 63 characters."""
+
+from __future__ import annotations
+
+import pytest
+
+from raytrain_operator.api.v1alpha1 import MAX_NAME_LENGTH
+from raytrain_operator.builders import names
+
+
+def test_child_names_are_deterministic() -> None:
+    assert names.rayjob_name("digits", 0) == "digits-0"
+    assert names.rayjob_name("digits", 3) == "digits-3"
+    assert names.contract_configmap_name("digits") == "digits-contract"
+    assert names.runtime_account_name("digits") == "digits-runtime"
+
+
+def test_run_name_uses_first_12_hex_of_uid_without_dashes() -> None:
+    uid = "5F0C2A7E-91b3-4c1d-8e2f-0123456789ab"
+    assert names.run_name("digits", uid) == "digits-5f0c2a7e91b3"
+
+
+def test_run_name_differs_for_a_recreated_trainjob_of_the_same_name() -> None:
+    first = names.run_name("digits", "11111111-2222-3333-4444-555555555555")
+    second = names.run_name("digits", "aaaaaaaa-2222-3333-4444-555555555555")
+    assert first != second
+
+
+def test_longest_allowed_name_fits_with_every_kuberay_suffix() -> None:
+    name = "a" * MAX_NAME_LENGTH
+    assert names.name_problems(name) == []
+    derived = names.all_names(name, names.MAX_ATTEMPT)
+    assert derived["head-service"] == f"{name}-100-xxxxx-head-svc"
+    assert max(len(v) for v in derived.values()) <= names.DNS_LABEL_MAX
+
+
+def test_a_name_one_character_too_long_is_refused_with_the_fix() -> None:
+    problems = names.name_problems("a" * (MAX_NAME_LENGTH + 1))
+    assert problems
+    assert "metadata.name" in problems[0] and "shorter" in problems[0]
+
+
+@pytest.mark.parametrize("bad", ["Digits", "digits_1", "-digits", "digits-"])
+def test_a_name_that_is_not_a_dns_label_is_refused(bad: str) -> None:
+    assert any("DNS label" in p for p in names.name_problems(bad))
