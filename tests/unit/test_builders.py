@@ -329,7 +329,7 @@ def test_parent_labels_and_annotations_are_copied_by_allow_list_only() -> None:
     ]:
         assert annos["owner"] == "alice"
         assert not any(
-            k.startswith(("kubectl.kubernetes.io/", "kopf.zalando.org/")) for k in annotations
+            k.startswith(("kubectl.kubernetes.io/", "kopf.zalando.org/")) for k in annos
         )
         assert "raytrain.dev/last-handled-configuration" not in annos
 
