@@ -141,7 +141,7 @@ def test_deployment_runs_one_standalone_replica(default: list[dict[str, Any]]) -
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "raytrain/operator:0.1.0"  # the chart's appVersion
-    assert container["args"] == ["--metrics-port=8080", "--health-port=8081"]
+    assert container["args"] == ["--metrics-port=8080", "--health-port=8081", "--log-format=full"]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
         "metrics": 8080,
         "health": 8081,
@@ -252,6 +252,7 @@ def test_full_values_reach_the_pod(full: list[dict[str, Any]]) -> None:
     assert container["args"] == [
         "--metrics-port=9090",
         "--health-port=9091",
+        "--log-format=json",
         "--namespace=team-a",
         "--namespace=team-b",
         "--verbose",
@@ -345,6 +346,7 @@ def test_uninstall_hook_can_be_turned_off(helm: str) -> None:
     [
         ("replicaCount=2", "/replicaCount"),
         ("verbose=yes", "/verbose"),
+        ("logFormat=xml", "/logFormat"),
         ("metrics.port=0", "/metrics/port"),
         ("uninstall.trainJobs=purge", "/uninstall/trainJobs"),
         ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
@@ -407,3 +409,27 @@ def test_every_value_is_documented() -> None:
             undocumented.append(key)
         comment = []
     assert undocumented == []
+
+
+# ------------------------------------------------------------------ chart and operator agree
+
+
+@pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["default", "full"])
+def test_operator_accepts_the_rendered_args(helm: str, values: pathlib.Path | None) -> None:
+    from raytrain_operator.__main__ import parse_args
+
+    docs = render(helm, *(["-f", str(values)] if values else []))
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    args = parse_args(container["args"])
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert args.metrics_port == ports["metrics"]
+    assert args.health_port == ports["health"]
+    roles = [d for d in docs if d["kind"] == "Role" and not is_hook(d)]
+    assert sorted(args.namespace) == sorted(r["metadata"]["namespace"] for r in roles)
+
+
+def test_hook_strips_the_finalizer_the_operator_sets(default: list[dict[str, Any]]) -> None:
+    from raytrain_operator.settings import FINALIZER
+
+    script = hook_job(default)["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    assert f'FINALIZER = "{FINALIZER}"' in script
