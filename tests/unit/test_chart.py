@@ -433,3 +433,11 @@ def test_hook_strips_the_finalizer_the_operator_sets(default: list[dict[str, Any
 
     script = hook_job(default)["spec"]["template"]["spec"]["containers"][0]["args"][0]
     assert f'FINALIZER = "{FINALIZER}"' in script
+
+
+@pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["default", "full"])
+def test_rbac_create_false_creates_no_rbac(helm: str, values: pathlib.Path | None) -> None:
+    docs = render(helm, "--set", "rbac.create=false", *(["-f", str(values)] if values else []))
+    rbac = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    assert not [d["kind"] for d in docs if d["kind"] in rbac]
+    assert "Deployment" in kinds(docs)
