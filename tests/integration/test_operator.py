@@ -1,0 +1,594 @@
+"""The operator against the real control plane: KubeRay, KWOK fake GPU nodes, garbage collector.
+
+The operator runs as it does in production (`python -m raytrain_operator`, one process per test,
+watching only the test's namespace), so it can also be killed and restarted. Under KWOK, pods
+never execute: KubeRay never sees the Ray job finish, and the runtime's report is written here
+the way the runtime writes it (a merge patch on the status subresource).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _wait import wait_for
+from conftest import REPO, KubeCluster
+
+pytestmark = pytest.mark.integration
+
+GPU = "nvidia.com/gpu"
+T_CREATE = 60  # a RayJob, ConfigMap or condition the operator writes
+T_KUBERAY = 180  # KubeRay, the scheduler and KWOK bringing pods to Running
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Operator:
+    """`python -m raytrain_operator --namespace <ns>` as a child process."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str, log: Path) -> None:
+        self.cluster, self.namespace, self.log = cluster, namespace, log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.health_port = 0
+        self.metrics_port = 0
+        self.offset = 0
+
+    def start(self) -> None:
+        self.health_port, self.metrics_port = _free_port(), _free_port()
+        self.offset = self.log.stat().st_size if self.log.exists() else 0
+        env = {**self.cluster.env, "RAYTRAIN_PREFLIGHT_RETRY_SECONDS": "2"}
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable, "-m", "raytrain_operator",
+                    "--namespace", self.namespace,
+                    "--health-port", str(self.health_port),
+                    "--metrics-port", str(self.metrics_port),
+                    "--resync-seconds", "2",
+                    "--checkpoint-grace-seconds", "20",
+                ],
+                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+            )  # fmt: skip
+        wait_for(self.healthy, timeout=60, what="the operator's /healthz", ignore=(OSError,))
+
+    def healthy(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, self.tail()
+        url = f"http://127.0.0.1:{self.health_port}/healthz"
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up, no last patch."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+    def since_start(self) -> str:
+        """The log written by the current process."""
+        with self.log.open("rb") as f:
+            f.seek(self.offset)
+            return f.read().decode(errors="replace")
+
+    def tail(self, lines: int = 80) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@pytest.fixture(scope="module")
+def crds(kube_cluster: KubeCluster) -> None:
+    kube_cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "--field-manager=raytrain-tests",
+        "-f", str(REPO / "crds"),
+    )  # fmt: skip
+    kube_cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/trainjobs.raytrain.dev", "--timeout=60s"
+    )
+
+
+@pytest.fixture
+def operator(
+    kube_cluster: KubeCluster, namespace: str, crds: None, tmp_path: Path
+) -> Iterator[Operator]:
+    op = Operator(kube_cluster, namespace, tmp_path / "operator.log")
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+        # pytest shows this only when the test failed
+        print(f"--- operator log ({op.log}) ---\n{op.tail(200)}")
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def trainjob(name: str, **spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "image": "raytrain/trainer-runtime:0.1.0",
+        "entrypoint": "examples.digits.train:train_loop_per_worker",
+        "config": {"epochs": 2},
+        "scaling": {"numWorkers": 2, "resourcesPerWorker": {"cpu": "1", "memory": "1Gi"}},
+        "storage": {
+            "s3": {
+                "uri": "s3://raytrain/checkpoints",
+                "endpoint": "http://127.0.0.1:9000",
+                "region": "us-east-1",
+                "credentialsSecret": {"name": f"{name}-s3"},
+            }
+        },
+    }
+    base.update(spec)
+    return {
+        "apiVersion": "raytrain.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": name,
+            "labels": {"team": "vision", "app.kubernetes.io/instance": "argo"},
+        },
+        "spec": base,
+    }
+
+
+def secret(
+    name: str, keys: tuple[str, ...] = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "stringData": {k: "sentinel-not-a-real-value" for k in keys},
+    }
+
+
+def pvc(name: str, mode: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {"accessModes": [mode], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
+def create(cluster: KubeCluster, ns: str, obj: dict[str, Any]) -> None:
+    cluster.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(obj))
+
+
+def get(cluster: KubeCluster, ns: str, kind: str, name: str) -> dict[str, Any] | None:
+    proc = cluster.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
+    if proc.returncode != 0:
+        assert "NotFound" in proc.stderr, proc.stderr
+        return None
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def names(cluster: KubeCluster, ns: str, kind: str, selector: str) -> list[str]:
+    items = cluster.get_json(kind, "-n", ns, "-l", selector)["items"]
+    return sorted(i["metadata"]["name"] for i in items)
+
+
+def condition(cluster: KubeCluster, ns: str, name: str, type_: str) -> dict[str, Any] | None:
+    tj = get(cluster, ns, "trainjobs.raytrain.dev", name) or {}
+    for cond in (tj.get("status") or {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return dict(cond)
+    return None
+
+
+def wait_condition(
+    cluster: KubeCluster,
+    ns: str,
+    name: str,
+    type_: str,
+    status: str = "True",
+    timeout: float = T_CREATE,
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        cond = condition(cluster, ns, name, type_)
+        return cond if cond is not None and cond["status"] == status else None
+
+    return wait_for(check, timeout=timeout, what=f"TrainJob {name} condition {type_}={status}")
+
+
+def runtime_report(
+    cluster: KubeCluster, ns: str, name: str, trainer_status: dict[str, Any]
+) -> None:
+    """What the runtime does: a merge patch of trainerStatus on the status subresource."""
+    body = json.dumps({"status": {"trainerStatus": trainer_status}})
+    cluster.kubectl(
+        "patch",
+        "trainjobs.raytrain.dev",
+        name,
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        body,
+    )
+
+
+# ------------------------------------------------------------------------------ tests
+
+
+def test_trainjob_becomes_a_running_rayjob_on_gpu_nodes(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    ns, name = namespace, "digits"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    create(
+        kube_cluster,
+        ns,
+        trainjob(
+            name,
+            scaling={
+                "numWorkers": 2,
+                "useGpu": True,
+                "acceleratorType": "NVIDIA-A100-SXM4-80GB",
+                "placementStrategy": "SPREAD",
+                "resourcesPerWorker": {"cpu": "2", "memory": "4Gi", "gpu": 1},
+            },
+        ),
+    )
+    tj = wait_for(
+        lambda: get(kube_cluster, ns, "trainjobs.raytrain.dev", name), T_CREATE, "TrainJob"
+    )
+    rj = wait_for(
+        lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob digits-0"
+    )
+
+    (owner,) = rj["metadata"]["ownerReferences"]
+    assert owner["uid"] == tj["metadata"]["uid"] and owner["controller"] is True
+    labels = rj["metadata"]["labels"]
+    assert labels["raytrain.dev/trainjob"] == name and labels["team"] == "vision"
+    assert "app.kubernetes.io/instance" not in labels
+    assert rj["spec"]["entrypoint"] == "python -m trainer_runtime"
+    assert rj["spec"]["backoffLimit"] == 0 and rj["spec"]["shutdownAfterJobFinishes"] is True
+    workers = rj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert workers["replicas"] == 2
+    limits = workers["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits[GPU] == "1"
+
+    cm = get(kube_cluster, ns, "configmap", f"{name}-contract")
+    assert cm is not None
+    contract = json.loads(cm["data"]["contract.json"])
+    assert contract["runName"] == f"{name}-{tj['metadata']['uid'].replace('-', '')[:12]}"
+    assert "sentinel" not in json.dumps(rj) + json.dumps(cm)
+    for kind in ("serviceaccount", "role", "rolebinding"):
+        assert get(kube_cluster, ns, kind, f"{name}-runtime") is not None, kind
+
+    # KubeRay makes the RayCluster; the scheduler binds its pods to fake GPU nodes; KWOK runs them.
+    def running_pods() -> list[dict[str, Any]] | None:
+        pods = kube_cluster.get_json("pods", "-n", ns, "-l", f"raytrain.dev/trainjob={name}")[
+            "items"
+        ]
+        ok = [p for p in pods if p["status"].get("phase") == "Running"]
+        return pods if len(pods) == 3 and len(ok) == 3 else None
+
+    pods = wait_for(running_pods, T_KUBERAY, "head + 2 worker pods Running")
+    for pod in pods:
+        assert pod["spec"]["nodeName"].startswith("gpu-node-"), pod["spec"]["nodeName"]
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == f"{name}-s3"
+        assert any(
+            m["mountPath"] == "/etc/raytrain" for m in pod["spec"]["containers"][0]["volumeMounts"]
+        )
+    roles = sorted(p["metadata"]["labels"]["raytrain.dev/role"] for p in pods)
+    assert roles == ["head", "worker", "worker"]
+
+    wait_condition(kube_cluster, ns, name, "Running", timeout=T_KUBERAY)
+    status = (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"]
+    assert status["phase"] == "Running"
+    assert status["rayJobName"] == f"{name}-0"
+    assert status["rayClusterName"].startswith(f"{name}-0-")
+    assert status["observedGeneration"] == tj["metadata"]["generation"]
+    assert all(
+        c["observedGeneration"] == tj["metadata"]["generation"] for c in status["conditions"]
+    )
+    assert "Reconciling" not in {c["type"] for c in status["conditions"]}
+    kube_cluster.kubectl(
+        "wait",
+        "--for=condition=Running",
+        f"trainjob.raytrain.dev/{name}",
+        "-n",
+        ns,
+        "--timeout=10s",
+    )
+
+    events = kube_cluster.get_json(
+        "events", "-n", ns, "--field-selector", f"involvedObject.name={name}"
+    )["items"]
+    assert {"RayJobCreated", "RayJobRunning"} <= {e["reason"] for e in events}
+    assert 'raytrain_trainjobs{phase="Running"} 1.0' in operator.metrics()
+
+
+@pytest.mark.parametrize("outcome", ["Succeeded", "Failed"])
+def test_runtime_report_decides_the_outcome_and_ttl_cleans_up(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator, outcome: str
+) -> None:
+    ns, name = namespace, "report"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    create(kube_cluster, ns, trainjob(name, ttlSecondsAfterFinished=2))
+    wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
+    wait_condition(kube_cluster, ns, name, "Created")
+
+    report = {
+        "phase": outcome,
+        "attempt": 0,
+        "message": f"training {outcome.lower()}",
+        "progressPercentage": 100,
+    }
+    runtime_report(kube_cluster, ns, name, report)
+    cond = wait_condition(kube_cluster, ns, name, outcome)
+    assert cond["message"] == f"training {outcome.lower()}"
+    kube_cluster.kubectl(
+        "wait",
+        f"--for=condition={outcome}",
+        f"trainjob.raytrain.dev/{name}",
+        "-n",
+        ns,
+        "--timeout=10s",
+    )
+
+    def children_gone() -> bool:
+        return (
+            names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == []
+            and get(kube_cluster, ns, "configmap", f"{name}-contract") is None
+            and get(kube_cluster, ns, "serviceaccount", f"{name}-runtime") is None
+            and get(kube_cluster, ns, "role", f"{name}-runtime") is None
+            and get(kube_cluster, ns, "rolebinding", f"{name}-runtime") is None
+        )
+
+    wait_for(children_gone, T_CREATE, "children deleted after ttlSecondsAfterFinished")
+    status = (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"]
+    assert status["phase"] == outcome and status["completionTime"]
+    assert status["trainerStatus"] == report  # the operator never overwrites the runtime's field
+    # a finished job is not re-run although its RayJob is gone
+    wait_for(
+        lambda: (
+            (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})
+            .get("metadata", {})
+            .get("annotations", {})
+            .get("raytrain.dev/children-deleted")
+        ),
+        T_CREATE,
+        "the clean-up mark",
+    )
+    assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == []
+
+
+def test_suspend_and_resume(kube_cluster: KubeCluster, namespace: str, operator: Operator) -> None:
+    ns, name = namespace, "pause"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    create(kube_cluster, ns, trainjob(name))
+    wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
+
+    kube_cluster.kubectl(
+        "patch",
+        "trainjobs.raytrain.dev",
+        name,
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"spec":{"suspend":true}}',
+    )
+    wait_condition(kube_cluster, ns, name, "Suspended")
+    rj = wait_for(
+        lambda: (
+            (r := get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"))
+            and r["spec"].get("suspend")
+            and r
+        ),
+        T_CREATE,
+        "RayJob suspended",
+    )
+    assert rj["metadata"]["annotations"]["raytrain.dev/suspended-by-user"] == "true"
+    assert (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"][
+        "phase"
+    ] == "Suspended"
+
+    kube_cluster.kubectl(
+        "patch",
+        "trainjobs.raytrain.dev",
+        name,
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"spec":{"suspend":false}}',
+    )
+    wait_condition(kube_cluster, ns, name, "Suspended", "False")
+    wait_for(
+        lambda: (
+            (r := get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"))
+            and not r["spec"].get("suspend")
+        ),
+        T_CREATE,
+        "RayJob resumed",
+    )
+    assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [
+        f"{name}-0"
+    ]
+
+
+def test_suspend_waits_for_the_runtimes_checkpoint(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    ns, name = namespace, "ckpt"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    create(kube_cluster, ns, trainjob(name))
+    wait_condition(kube_cluster, ns, name, "Running", timeout=T_KUBERAY)
+    runtime_report(kube_cluster, ns, name, {"phase": "Running", "attempt": 0})
+
+    kube_cluster.kubectl(
+        "patch",
+        "trainjobs.raytrain.dev",
+        name,
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"spec":{"suspend":true}}',
+    )
+    requested = wait_for(
+        lambda: (
+            (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["metadata"]
+            .get("annotations", {})
+            .get("raytrain.dev/checkpoint-requested")
+        ),
+        T_CREATE,
+        "the checkpoint request annotation",
+    )
+    assert not (get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") or {})["spec"].get("suspend")
+    # the runtime saw the request and saved a checkpoint
+    runtime_report(
+        kube_cluster, ns, name,
+        {"phase": "Running", "attempt": 0, "checkpointing": False, "lastUpdatedTime": requested},
+    )  # fmt: skip
+    wait_for(
+        lambda: (get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") or {})["spec"].get("suspend"),
+        T_CREATE,
+        "RayJob suspended after the checkpoint",
+    )
+    wait_condition(kube_cluster, ns, name, "Suspended")
+
+
+def test_delete_garbage_collects_the_children(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    ns, name = namespace, "gone"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    create(kube_cluster, ns, trainjob(name))
+    wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
+    kube_cluster.kubectl("delete", "trainjobs.raytrain.dev", name, "-n", ns, "--timeout=60s")
+
+    def gone() -> bool:
+        return all(
+            get(kube_cluster, ns, kind, child) is None
+            for kind, child in [
+                ("rayjobs.ray.io", f"{name}-0"),
+                ("configmap", f"{name}-contract"),
+                ("serviceaccount", f"{name}-runtime"),
+                ("role", f"{name}-runtime"),
+                ("rolebinding", f"{name}-runtime"),
+            ]
+        )
+
+    wait_for(gone, T_KUBERAY, "the garbage collector to remove every child")
+
+
+def test_restart_mid_reconcile_makes_no_duplicate(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    ns, name = namespace, "restart"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    create(kube_cluster, ns, trainjob(name))
+    # kill as soon as the RayJob exists: the status may not be written yet
+    wait_for(
+        lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"),
+        T_CREATE,
+        "RayJob",
+        interval=0.05,
+    )
+    operator.kill()
+    operator.start()
+    wait_condition(kube_cluster, ns, name, "Created")
+    wait_for(
+        lambda: (
+            "Handler 'resume' succeeded" in operator.since_start()
+            or "Handler 'create' succeeded" in operator.since_start()
+        ),
+        T_CREATE,
+        "the restarted operator to handle the TrainJob",
+    )
+    status = (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"]
+    assert status["attempt"] == 0
+    assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [
+        f"{name}-0"
+    ]
+    assert names(kube_cluster, ns, "configmaps", f"raytrain.dev/trainjob={name}") == [
+        f"{name}-contract"
+    ]
+
+
+PREFLIGHT = {
+    "missing-pvc": ("StorageNotFound", "spec.storage.pvc.claimName"),
+    "rwo-pvc": ("StorageNotShared", "ReadWriteMany"),
+    "missing-secret": ("CredentialsNotFound", "spec.storage.s3.credentialsSecret.name"),
+    "missing-key": ("CredentialsIncomplete", "AWS_SECRET_ACCESS_KEY"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PREFLIGHT))
+def test_preflight_stalls_without_a_rayjob_until_fixed(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator, case: str
+) -> None:
+    ns, name = namespace, "pre"
+    reason, words = PREFLIGHT[case]
+    if case.endswith("pvc"):
+        if case == "rwo-pvc":
+            create(kube_cluster, ns, pvc("ckpt", "ReadWriteOnce"))
+        create(kube_cluster, ns, trainjob(name, storage={"pvc": {"claimName": "ckpt"}}))
+    else:
+        if case == "missing-key":
+            create(kube_cluster, ns, secret(f"{name}-s3", keys=("AWS_ACCESS_KEY_ID",)))
+        create(kube_cluster, ns, trainjob(name))
+
+    stalled = wait_condition(kube_cluster, ns, name, "Stalled")
+    assert stalled["reason"] == reason
+    assert words in stalled["message"]
+    assert "sentinel" not in stalled["message"]
+    status = (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"]
+    assert status["phase"] == "Stalled"
+    assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == []
+
+    # fix it
+    if case.endswith("pvc"):
+        kube_cluster.kubectl(
+            "delete", "pvc", "ckpt", "-n", ns, "--ignore-not-found", "--timeout=60s"
+        )
+        create(kube_cluster, ns, pvc("ckpt", "ReadWriteMany"))
+    elif case == "missing-key":
+        kube_cluster.kubectl("delete", "secret", f"{name}-s3", "-n", ns)
+        create(kube_cluster, ns, secret(f"{name}-s3"))
+    else:
+        create(kube_cluster, ns, secret(f"{name}-s3"))
+    wait_for(
+        lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"),
+        T_CREATE,
+        "RayJob after the fix",
+    )
+    wait_for(
+        lambda: condition(kube_cluster, ns, name, "Stalled") is None, T_CREATE, "Stalled removed"
+    )
+    if case.endswith("pvc"):
+        rj = get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") or {}
+        vols = rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"]
+        assert {"name": "raytrain-storage", "persistentVolumeClaim": {"claimName": "ckpt"}} in vols
