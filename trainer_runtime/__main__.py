@@ -23,7 +23,9 @@ def main(argv: list[str] | None = None) -> int:
         "--local", action="store_true", help="start a local Ray and show progress in the terminal"
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         contract = read_contract(args.contract)
     except ContractError as exc:

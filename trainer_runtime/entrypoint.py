@@ -48,7 +48,7 @@ def _import_script(entrypoint: str, script: str) -> ModuleType:
         del sys.modules[name]
         raise _fail(entrypoint, f"running {path} failed: {type(exc).__name__}: {exc}") from exc
     # Workers cannot import a module that exists only under this private name.
-    cloudpickle.register_pickle_by_value(module)
+    cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
     return module
 
 
@@ -66,9 +66,7 @@ def _import_module(entrypoint: str, name: str) -> ModuleType:
             reason = f"importing {name!r} failed: it needs module {missing!r}, not installed"
         raise _fail(entrypoint, reason) from exc
     except Exception as exc:
-        raise _fail(
-            entrypoint, f"importing {name!r} raised {type(exc).__name__}: {exc}"
-        ) from exc
+        raise _fail(entrypoint, f"importing {name!r} raised {type(exc).__name__}: {exc}") from exc
 
 
 def load_entrypoint(entrypoint: str) -> Callable[..., Any]:

@@ -13,6 +13,7 @@ The pure parts (``Throttle``, ``ProgressEstimator``, ``build_status_patch``) do 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -90,10 +91,7 @@ class ProgressEstimator:
             seconds_per_epoch = now - self._start
         else:
             t0, d0 = self._first
-            if done > d0:
-                seconds_per_epoch = (now - t0) / (done - d0)
-            else:
-                seconds_per_epoch = now - self._start
+            seconds_per_epoch = (now - t0) / (done - d0) if done > d0 else now - self._start
         remaining = self.epochs - done
         return percent, max(0, round(seconds_per_epoch * remaining))
 
@@ -231,10 +229,8 @@ class Reporter:
             for key, attr in (("latestURI", "latest_uri"), ("bestURI", "best_uri")):
                 if isinstance(ckpt.get(key), str):
                     setattr(self.state, attr, ckpt[key])
-            try:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
                 self.state.best_metric = float(ckpt["bestMetric"])
-            except (KeyError, TypeError, ValueError):
-                pass
         self._pending = True
         self.tick()
 
@@ -323,7 +319,9 @@ class Reporter:
             return
         when = parse_rfc3339(requested)
         if when is None:
-            log.warning("ignoring %s=%r: not an RFC 3339 time", CHECKPOINT_REQUEST_ANNOTATION, requested)
+            log.warning(
+                "ignoring %s=%r: not an RFC 3339 time", CHECKPOINT_REQUEST_ANNOTATION, requested
+            )
             return
         last = self._last_checkpoint_time
         # RFC 3339 in the annotation has whole seconds: compare at that resolution.

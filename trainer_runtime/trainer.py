@@ -105,7 +105,7 @@ def build_scaling_config(contract: Contract) -> Any:
         assert s.min_workers is not None and s.max_workers is not None
         num_workers = (s.min_workers, s.max_workers)
     return ScalingConfig(
-        num_workers=num_workers,
+        num_workers=num_workers,  # type: ignore[arg-type]  # V2 takes (min, max)
         use_gpu=s.use_gpu,
         resources_per_worker=dict(s.resources_per_worker) or None,
         placement_strategy=s.placement_strategy,
@@ -279,7 +279,9 @@ def _stop(stop: threading.Event, drainer: threading.Thread) -> None:
     drainer.join(timeout=60)
 
 
-def reporter_for(contract: Contract, transport: Any, *, min_interval: float | None = None) -> Reporter:
+def reporter_for(
+    contract: Contract, transport: Any, *, min_interval: float | None = None
+) -> Reporter:
     return Reporter(
         transport,
         attempt=contract.attempt,

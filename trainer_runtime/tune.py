@@ -15,7 +15,9 @@ from trainer_runtime.contract import ContractError, TuneSettings
 _RANGE_FORMS = ("uniform", "loguniform", "randint", "quniform")
 
 
-def translate_param_space(space: Mapping[str, Any], where: str = "tune.paramSpace") -> dict[str, Any]:
+def translate_param_space(
+    space: Mapping[str, Any], where: str = "tune.paramSpace"
+) -> dict[str, Any]:
     """Turn the documented forms into Ray Tune search-space objects (plain values stay)."""
     from ray import tune
 
@@ -23,7 +25,7 @@ def translate_param_space(space: Mapping[str, Any], where: str = "tune.paramSpac
     for key, spec in space.items():
         here = f"{where}.{key}"
         if isinstance(spec, Mapping) and len(spec) == 1:
-            (form, arg), = spec.items()
+            ((form, arg),) = spec.items()
             if form in ("uniform", "loguniform", "randint"):
                 if (
                     not isinstance(arg, list)
@@ -31,7 +33,9 @@ def translate_param_space(space: Mapping[str, Any], where: str = "tune.paramSpac
                     or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in arg)
                     or arg[0] >= arg[1]
                 ):
-                    raise ContractError(f"{here}.{form}: expected [lo, hi] with lo < hi, got {arg!r}")
+                    raise ContractError(
+                        f"{here}.{form}: expected [lo, hi] with lo < hi, got {arg!r}"
+                    )
                 if form == "uniform":
                     out[key] = tune.uniform(float(arg[0]), float(arg[1]))
                 elif form == "loguniform":
@@ -67,7 +71,8 @@ def run_tune(
 
     def trial(config: dict[str, Any]) -> None:
         trial_id = tune.get_context().get_trial_id()
-        trainer = make_trainer(config, f"{run_name}-{trial_id}", [TuneReportCallback()])
+        report_to_tune = TuneReportCallback()  # type: ignore[no-untyped-call]
+        trainer = make_trainer(config, f"{run_name}-{trial_id}", [report_to_tune])
         trainer.fit()
 
     scheduler: Any = None

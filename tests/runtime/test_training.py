@@ -1,0 +1,135 @@
+"""Real Ray Train runs on the CPU (gloo, 2 workers of 1 CPU) through the runtime's own path.
+
+Checkpoints go to a real S3 server on loopback (MinIO); reports go to the real ``Reporter`` with
+its transport swapped for an in-memory recorder (the Kubernetes path is tested in
+tests/integration/test_reporter.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import S3Server
+
+from trainer_runtime.contract import load_contract
+from trainer_runtime.local import run_local
+from trainer_runtime.reporter import RecordingTransport
+
+pytestmark = [pytest.mark.runtime, pytest.mark.usefixtures("ray_local")]
+
+
+def s3_storage(server: S3Server, prefix: str) -> dict[str, Any]:
+    return {"type": "s3", "path": f"s3://{server.bucket}/{prefix}", "endpoint": server.endpoint,
+            "region": "us-east-1"}  # fmt: skip
+
+
+def trainer_statuses(sink: RecordingTransport) -> list[dict[str, Any]]:
+    return [p["status"]["trainerStatus"] for p in sink.patches]
+
+
+def reported(sink: RecordingTransport, name: str) -> list[float]:
+    """Values of metric ``name`` in every patch, in order."""
+    out = []
+    for ts in trainer_statuses(sink):
+        for m in ts.get("metrics", []):
+            if m["name"] == name:
+                out.append(float(m["value"]))
+    return out
+
+
+def test_digits_reaches_accuracy_and_keeps_num_to_keep_checkpoints(
+    s3_env: S3Server, make_doc: Any
+) -> None:
+    prefix = f"runs-{uuid.uuid4().hex[:8]}"
+    doc = make_doc(config={"epochs": 5, "lr": 0.1, "seed": 0}, storage=s3_storage(s3_env, prefix),
+                   num_to_keep=2)  # fmt: skip
+    sink = RecordingTransport()
+    assert run_local(load_contract(doc), display=False, transport=sink, min_interval=0) == 0
+
+    final = sink.patches[-1]["status"]
+    assert final["trainerStatus"]["phase"] == "Succeeded"
+    assert final["trainerStatus"]["progressPercentage"] == 100
+    assert final["trainerStatus"]["epoch"] == 4
+    accuracy = {m["name"]: float(m["value"]) for m in final["trainerStatus"]["metrics"]}["accuracy"]
+    assert accuracy >= 0.9, f"held-out accuracy {accuracy}"
+    assert final["checkpoint"]["count"] == 5
+    # Ray's retention: 5 reported, 2 kept, and the latest one is among them.
+    run_prefix = f"{prefix}/{doc['runName']}"
+    dirs = s3_env.checkpoint_dirs(run_prefix)
+    assert len(dirs) == 2, dirs
+    latest = final["checkpoint"]["latestURI"]
+    assert latest.startswith(f"s3://{s3_env.bucket}/{run_prefix}/checkpoint_")
+    assert latest.rsplit("/", 1)[1] in dirs
+
+
+def test_killed_worker_resumes_from_latest_checkpoint_and_a_rerun_resumes_too(
+    s3_env: S3Server, make_doc: Any, tmp_path: Path
+) -> None:
+    prefix = f"runs-{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "died"
+    config = {"epochs": 4, "lr": 0.1, "fail_at_epoch": 2, "fail_marker": str(marker)}
+    doc = make_doc(config=config, storage=s3_storage(s3_env, prefix), num_to_keep=None,
+                   max_failures=1)  # fmt: skip
+    sink = RecordingTransport()
+    assert run_local(load_contract(doc), display=False, transport=sink, min_interval=0) == 0
+
+    assert marker.read_text() == "2", "the worker did not die at epoch 2"
+    statuses = trainer_statuses(sink)
+    # The worker error is reported while the run goes on (phase Running, message set).
+    failed_at = next(i for i, ts in enumerate(statuses) if ts["message"].startswith("worker "))
+    assert statuses[failed_at]["phase"] == "Running"
+    before = [ts for ts in statuses[:failed_at] if ts.get("metrics")]
+    after = [ts for ts in statuses[failed_at + 1 :] if ts.get("metrics")]
+    epoch_before = before[-1]["epoch"]
+    # Ray registered the checkpoints of epochs <= epoch_before (1, or 0 when the kill came before
+    # the controller saw the epoch-1 report): the restarted group starts right after that one.
+    assert epoch_before in (0, 1)
+    restart_start = [float(m["value"]) for m in after[0]["metrics"] if m["name"] == "start_epoch"]
+    assert restart_start == [epoch_before + 1]
+    assert after[-1]["epoch"] == 3
+    # Nothing was deleted by the restart: every checkpoint ever reported is still there.
+    run_prefix = f"{prefix}/{doc['runName']}"
+    dirs = s3_env.checkpoint_dirs(run_prefix)
+    uris = {
+        p["status"]["checkpoint"]["latestURI"] for p in sink.patches if "checkpoint" in p["status"]
+    }
+    assert {u.rsplit("/", 1)[1] for u in uris} <= dirs and len(uris) >= 4
+    before_rerun = len(dirs)
+
+    # A second driver with the same run name (a cluster-level retry) resumes, not restarts.
+    doc2 = {**doc, "attempt": 1, "config": {"epochs": 6, "lr": 0.1}}
+    sink2 = RecordingTransport()
+    assert run_local(load_contract(doc2), display=False, transport=sink2, min_interval=0) == 0
+    assert reported(sink2, "start_epoch")[0] == 4
+    assert reported(sink2, "epoch")[-1] == 5
+    assert sink2.patches[-1]["status"]["trainerStatus"]["attempt"] == 1
+    assert len(s3_env.checkpoint_dirs(run_prefix)) == before_rerun + 2
+
+
+def test_a_raising_loop_ends_in_a_failed_report_naming_the_error(
+    make_doc: Any, tmp_path: Path
+) -> None:
+    doc = make_doc(entrypoint="tests/runtime/loops.py:raising_loop", config={"epochs": 2},
+                   storage={"type": "pvc", "path": str(tmp_path / "store")})  # fmt: skip
+    sink = RecordingTransport()
+    code = run_local(load_contract(doc), display=False, transport=sink, min_interval=0)
+    assert code == 1
+    final = sink.patches[-1]["status"]["trainerStatus"]
+    assert final["phase"] == "Failed"
+    assert "ValueError" in final["message"] and "label tensor has shape" in final["message"]
+
+
+def test_an_entrypoint_that_does_not_import_ends_in_a_failed_report(
+    make_doc: Any, tmp_path: Path
+) -> None:
+    doc = make_doc(entrypoint="examples.digits.nope:train",
+                   storage={"type": "pvc", "path": str(tmp_path / "store")})  # fmt: skip
+    sink = RecordingTransport()
+    code = run_local(load_contract(doc), display=False, transport=sink, min_interval=0)
+    assert code == 2
+    final = sink.patches[-1]["status"]["trainerStatus"]
+    assert final["phase"] == "Failed"
+    assert "'examples.digits.nope:train'" in final["message"] and "not found" in final["message"]

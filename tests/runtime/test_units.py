@@ -1,0 +1,323 @@
+"""Pure parts of the runtime: contract parsing, entrypoint import, throttle, progress, patches."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainer_runtime.contract import ContractError, load_contract, read_contract
+from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
+from trainer_runtime.reporter import (
+    ProgressEstimator,
+    RecordingTransport,
+    Reporter,
+    ReportState,
+    Throttle,
+    build_status_patch,
+    total_epochs,
+)
+
+pytestmark = pytest.mark.runtime
+
+DOC_EXAMPLE: dict[str, Any] = {
+    "contractVersion": 1,
+    "trainJob": {"apiVersion": "raytrain.dev/v1alpha1", "namespace": "team-a", "name": "digits",
+                 "uid": "5f0c"},
+    "runName": "digits-5f0c2a7e91b3",
+    "attempt": 0,
+    "entrypoint": "examples.digits.train:train_loop_per_worker",
+    "config": {"epochs": 5, "lr": 0.05},
+    "scaling": {"numWorkers": 2, "minWorkers": None, "maxWorkers": None, "useGpu": False,
+                "resourcesPerWorker": {"CPU": 1.0}, "placementStrategy": "PACK",
+                "acceleratorType": None},
+    "torch": {"backend": "gloo", "timeoutSeconds": 1800},
+    "storage": {"type": "s3", "path": "s3://bucket/prefix", "endpoint": "http://127.0.0.1:9000",
+                "region": "us-east-1"},
+    "checkpoint": {"numToKeep": 2, "scoreAttribute": "accuracy", "scoreOrder": "max"},
+    "failure": {"maxFailures": 1},
+    "datasets": {"train": {"uri": "s3://bucket/data/", "format": "parquet", "split": True}},
+    "tune": None,
+    "report": {"enabled": True, "minIntervalSeconds": 5.0},
+}  # fmt: skip
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# -- contract --------------------------------------------------------------------------------------
+
+
+def test_the_documented_example_parses() -> None:
+    c = load_contract(DOC_EXAMPLE)
+    assert c.run_name == "digits-5f0c2a7e91b3"
+    assert c.scaling.num_workers == 2 and not c.scaling.elastic
+    assert c.storage.type == "s3" and c.storage.endpoint == "http://127.0.0.1:9000"
+    assert c.checkpoint.num_to_keep == 2 and c.checkpoint.score_order == "max"
+    assert c.datasets["train"].format == "parquet" and c.datasets["train"].split
+    assert c.report.min_interval_seconds == 5.0
+    assert c.torch.backend == "gloo" and c.failure.max_failures == 1
+
+
+def test_read_contract_from_file(tmp_path: Path) -> None:
+    p = tmp_path / "contract.json"
+    p.write_text(json.dumps(DOC_EXAMPLE))
+    assert read_contract(p).train_job.name == "digits"
+
+
+def test_unknown_version_names_both_versions() -> None:
+    doc = {**DOC_EXAMPLE, "contractVersion": 7}
+    with pytest.raises(ContractError, match=r"version 1.*version 7"):
+        load_contract(doc)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda d: d.update(surprise=1), r"unknown key.*surprise"),
+        (lambda d: d.pop("runName"), r"missing key.*runName"),
+        (lambda d: d["scaling"].update(numWorkers=None), r"numWorkers or both minWorkers"),
+        (lambda d: d["scaling"].update(placementStrategy="AROUND"), r"placementStrategy.*AROUND"),
+        (lambda d: d["storage"].update(path="bucket/prefix"), r"storage.path.*bucket/prefix"),
+        (lambda d: d["checkpoint"].update(scoreOrder="up"), r"checkpoint.scoreOrder.*'up'"),
+        (lambda d: d.update(entrypoint="no_colon"), r"entrypoint.*no_colon"),
+        (lambda d: d["datasets"]["train"].update(format="xls"), r"datasets.train.format.*xls"),
+    ],
+)
+def test_bad_documents_name_the_key_and_value(mutate: Any, match: str) -> None:
+    doc = copy.deepcopy(DOC_EXAMPLE)
+    mutate(doc)
+    with pytest.raises(ContractError, match=match):
+        load_contract(doc)
+
+
+def test_elastic_and_pvc_and_tune() -> None:
+    doc = copy.deepcopy(DOC_EXAMPLE)
+    doc["scaling"].update(numWorkers=None, minWorkers=1, maxWorkers=4)
+    doc["storage"] = {"type": "pvc", "path": "/mnt/raytrain/digits"}
+    doc["tune"] = {"paramSpace": {"lr": {"loguniform": [1e-4, 1e-1]}}, "numSamples": 4,
+                   "metric": "accuracy", "mode": "max", "maxConcurrentTrials": None,
+                   "scheduler": {"type": "ASHA", "maxT": 8, "gracePeriod": 1,
+                                 "reductionFactor": 2}}  # fmt: skip
+    c = load_contract(doc)
+    assert c.scaling.elastic and (c.scaling.min_workers, c.scaling.max_workers) == (1, 4)
+    assert c.storage.path == "/mnt/raytrain/digits"
+    assert c.tune is not None and c.tune.scheduler is not None and c.tune.scheduler.max_t == 8
+
+
+# -- entrypoint ------------------------------------------------------------------------------------
+
+
+def test_entrypoint_imports_a_module_function() -> None:
+    fn = load_entrypoint("examples.digits.train:train_loop_per_worker")
+    assert fn.__name__ == "train_loop_per_worker"
+
+
+def test_entrypoint_imports_a_script_path() -> None:
+    fn = load_entrypoint("tests/runtime/loops.py:raising_loop")
+    assert fn.__name__ == "raising_loop"
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "reason"),
+    [
+        ("examples.nope.train:main", r"module 'examples.nope.train' not found"),
+        ("examples.digits.train:missing_fn", r"has no attribute 'missing_fn'"),
+        ("tests/runtime/loops.py:NOT_CALLABLE", r"'NOT_CALLABLE' is a int, not a callable"),
+        ("tests/runtime/nope.py:f", r"does not exist"),
+    ],
+)
+def test_entrypoint_errors_name_the_entrypoint(entrypoint: str, reason: str) -> None:
+    with pytest.raises(EntrypointError) as info:
+        load_entrypoint(entrypoint)
+    assert repr(entrypoint) in str(info.value)
+    assert info.match(reason)
+
+
+# -- throttle, progress, patches -------------------------------------------------------------------
+
+
+def test_throttle_allows_one_send_per_interval() -> None:
+    t = Throttle(5.0)
+    assert t.ready(100.0)
+    t.mark(100.0)
+    assert not t.ready(104.9)
+    assert t.ready(105.0)
+
+
+def test_total_epochs_reads_epochs_or_num_epochs() -> None:
+    assert total_epochs({"epochs": 5}) == 5
+    assert total_epochs({"num_epochs": 3}) == 3
+    assert total_epochs({"epochs": "5"}) is None
+    assert total_epochs({}) is None
+
+
+def test_progress_and_eta_from_zero_based_epochs() -> None:
+    p = ProgressEstimator(5, start=0.0)
+    assert p.observe(0, now=10.0) == (20, 40)  # 1 of 5 done in 10 s
+    assert p.observe(1, now=16.0) == (40, 18)  # 6 s/epoch since the first report
+    assert p.observe(4, now=34.0)[0] == 99  # 100 only once Succeeded
+    assert ProgressEstimator(None, 0.0).observe(3, 1.0) == (None, None)
+
+
+def test_patch_body_has_only_the_runtime_fields() -> None:
+    metrics = {"loss": 0.3125, "accuracy": 0.91, "tag": [1]}
+    state = ReportState(attempt=1, epoch=2, step=3, metrics=metrics, progress=60, eta=62,
+                        latest_uri="s3://b/p/ckpt_2", best_uri="s3://b/p/ckpt_1",
+                        best_metric=0.93, checkpoint_count=3)  # fmt: skip
+    body = build_status_patch(state, now=0.0)
+    assert set(body) == {"status"} and set(body["status"]) == {"trainerStatus", "checkpoint"}
+    ts = body["status"]["trainerStatus"]
+    assert ts["metrics"] == [{"name": "accuracy", "value": "0.91"},
+                             {"name": "loss", "value": "0.3125"}]  # fmt: skip
+    assert ts["lastUpdatedTime"] == "1970-01-01T00:00:00Z"
+    assert (ts["progressPercentage"], ts["estimatedRemainingSeconds"], ts["epoch"]) == (60, 62, 2)
+    assert (ts["phase"], ts["attempt"], ts["step"]) == ("Running", 1, 3)
+    assert body["status"]["checkpoint"] == {
+        "count": 3,
+        "latestURI": "s3://b/p/ckpt_2",
+        "bestURI": "s3://b/p/ckpt_1",
+        "bestMetric": "0.93",
+    }
+
+
+def test_reporter_throttles_and_always_sends_the_last_report() -> None:
+    clock = FakeClock()
+    sink = RecordingTransport()
+    r = Reporter(sink, epochs=10, min_interval=5.0, clock=clock, sleep=lambda _: None,
+                 score_attribute="accuracy", score_order="max")  # fmt: skip
+    r.start()
+    for epoch in range(10):
+        clock.now += 1.0
+        uri = f"s3://b/run/checkpoint_{epoch}"
+        r.on_report({"epoch": epoch, "accuracy": [0.5, 0.9, 0.7][epoch % 3]}, uri)
+    assert r.reports == 10
+    assert len(sink.patches) == 3  # start, +5 s, +10 s
+    r.finish("Succeeded", "finished")
+    last = sink.patches[-1]["status"]
+    assert last["trainerStatus"]["epoch"] == 9 and last["trainerStatus"]["phase"] == "Succeeded"
+    assert last["trainerStatus"]["progressPercentage"] == 100
+    assert last["checkpoint"]["count"] == 10
+    assert last["checkpoint"]["latestURI"] == "s3://b/run/checkpoint_9"
+    assert last["checkpoint"]["bestURI"] == "s3://b/run/checkpoint_1"
+
+
+def test_a_pending_report_goes_out_on_tick_once_due() -> None:
+    clock = FakeClock()
+    sink = RecordingTransport()
+    r = Reporter(sink, min_interval=5.0, clock=clock)
+    r.start()
+    clock.now += 1
+    r.on_report({"epoch": 0, "loss": 1.0})
+    assert len(sink.patches) == 1
+    assert r.seconds_until_due() == pytest.approx(4.0)
+    clock.now += 4
+    r.tick()
+    assert len(sink.patches) == 2 and sink.patches[1]["status"]["trainerStatus"]["step"] == 1
+
+
+class FlakyTransport(RecordingTransport):
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def patch_status(self, body: dict[str, Any]) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise ConnectionError("API server unreachable")
+        super().patch_status(body)
+
+
+def test_api_errors_are_retried_and_never_raise() -> None:
+    waits: list[float] = []
+    sink = FlakyTransport(failures=2)
+    r = Reporter(sink, min_interval=0, sleep=waits.append, retries=3, backoff=0.5)
+    r.start()
+    assert len(sink.patches) == 1 and waits == [0.5, 1.0]
+    dead = FlakyTransport(failures=10_000)
+    r2 = Reporter(dead, min_interval=0, sleep=lambda _: None, retries=2)
+    r2.start()
+    r2.on_report({"epoch": 0})
+    r2.finish("Failed", "boom")  # no exception escapes
+    assert r2.patches_failed == 3 and dead.patches == []
+
+
+def test_checkpoint_request_sets_and_clears_checkpointing() -> None:
+    clock = FakeClock(2_000_000_000.0)
+    job: dict[str, Any] = {"metadata": {"annotations": {}}}
+    sink = RecordingTransport(trainjob=job)
+    r = Reporter(sink, min_interval=0, clock=clock)
+    r.start()
+    assert "checkpointing" not in sink.patches[-1]["status"]["trainerStatus"]
+    clock.now += 10
+    job["metadata"]["annotations"]["raytrain.dev/checkpoint-requested"] = "2033-05-18T03:33:25Z"
+    r.on_report({"epoch": 0})
+    assert sink.patches[-1]["status"]["trainerStatus"]["checkpointing"] is True
+    clock.now += 10
+    r.on_report({"epoch": 1}, "s3://b/run/checkpoint_1")
+    status = sink.patches[-1]["status"]
+    assert status["trainerStatus"]["checkpointing"] is False
+    assert status["checkpoint"]["latestURI"] == "s3://b/run/checkpoint_1"
+    clock.now += 10
+    r.on_report({"epoch": 2})  # the request is older than the last checkpoint: no new request
+    assert sink.patches[-1]["status"]["trainerStatus"]["checkpointing"] is False
+
+
+def test_a_resumed_attempt_continues_the_counts() -> None:
+    checkpoint = {"count": 4, "latestURI": "s3://b/r/c4", "bestMetric": "0.9"}
+    job = {"status": {"trainerStatus": {"step": 7}, "checkpoint": checkpoint}}
+    sink = RecordingTransport(trainjob=job)
+    r = Reporter(sink, min_interval=0, score_attribute="accuracy")
+    r.start()
+    r.on_report({"epoch": 4, "accuracy": 0.8}, "s3://b/r/c5")
+    status = sink.patches[-1]["status"]
+    assert status["trainerStatus"]["step"] == 8 and status["checkpoint"]["count"] == 5
+    assert status["checkpoint"]["bestMetric"] == "0.9"  # 0.8 is not better
+
+
+# -- tune param space ------------------------------------------------------------------------------
+
+
+def test_param_space_translation() -> None:
+    from ray.tune.search.sample import Categorical, Float, Integer
+
+    from trainer_runtime.tune import translate_param_space
+
+    space = translate_param_space({
+        "lr": {"loguniform": [1e-4, 1e-1]},
+        "dropout": {"uniform": [0.0, 0.5]},
+        "hidden": {"randint": [32, 256]},
+        "opt": {"choice": ["sgd", "adam"]},
+        "batch": {"grid": [32, 64]},
+        "epochs": 5,
+    })  # fmt: skip
+    assert isinstance(space["lr"], Float) and space["lr"].lower == 1e-4
+    assert isinstance(space["dropout"], Float) and space["dropout"].upper == 0.5
+    assert isinstance(space["hidden"], Integer) and space["hidden"].lower == 32
+    assert isinstance(space["opt"], Categorical) and space["opt"].categories == ["sgd", "adam"]
+    assert space["batch"] == {"grid_search": [32, 64]}
+    assert space["epochs"] == 5
+
+
+@pytest.mark.parametrize(
+    ("space", "match"),
+    [
+        ({"lr": {"uniform": [1.0, 0.1]}}, r"tune.paramSpace.lr.uniform.*lo < hi"),
+        ({"lr": {"loguniform": [0, 1]}}, r"tune.paramSpace.lr.loguniform.*> 0"),
+        ({"h": {"randint": [1.5, 3]}}, r"tune.paramSpace.h.randint.*integers"),
+        ({"o": {"choice": []}}, r"tune.paramSpace.o.choice.*non-empty"),
+    ],
+)
+def test_bad_param_space_names_the_key(space: dict[str, Any], match: str) -> None:
+    from trainer_runtime.tune import translate_param_space
+
+    with pytest.raises(ContractError, match=match):
+        translate_param_space(space)
