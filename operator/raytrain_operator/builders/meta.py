@@ -25,6 +25,11 @@ MANAGED_BY = "raytrain-operator"
 ANNOTATION_GENERATION = f"{PREFIX}/generation"
 #: Set on the TrainJob before a suspend; the runtime checkpoints when it sees it.
 ANNOTATION_CHECKPOINT_REQUESTED = f"{PREFIX}/checkpoint-requested"
+#: Hash of the spec a RayJob was built from (suspend aside): a resume with a changed spec
+#: starts a new attempt instead of unsuspending a RayJob that would ignore the change.
+ANNOTATION_SPEC_HASH = f"{PREFIX}/spec-hash"
+#: "true" on a RayJob suspended because of spec.suspend (not by Kueue).
+ANNOTATION_SUSPENDED_BY_USER = f"{PREFIX}/suspended-by-user"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 #: Parent label/annotation keys copied to the children: plain keys without a prefix (the user's

@@ -7,11 +7,15 @@ the same Ray Train run name, so it resumes from the latest checkpoint.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.meta import (
     ANNOTATION_GENERATION,
+    ANNOTATION_SPEC_HASH,
+    ANNOTATION_SUSPENDED_BY_USER,
     KUEUE_QUEUE_LABEL,
     Meta,
     child_metadata,
@@ -24,6 +28,12 @@ ENTRYPOINT = "python -m trainer_runtime"
 #: KubeRay keeps the finished cluster this long (logs, dashboard) before deleting it.
 RAYJOB_TTL_SECONDS = 60
 HEAD_START_PARAMS = {"num-cpus": "0", "dashboard-host": "0.0.0.0"}
+
+
+def spec_hash(trainjob: TrainJob) -> str:
+    """Hash of everything in the spec a RayJob is built from (suspend aside)."""
+    spec = trainjob.spec.model_dump(mode="json", by_alias=True, exclude={"suspend"})
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def worker_replicas(trainjob: TrainJob) -> tuple[int, int, int]:
@@ -53,7 +63,11 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
     metadata = child_metadata(meta, rayjob_name(meta.name, attempt), attempt)
     if spec.queue_name:
         metadata["labels"][KUEUE_QUEUE_LABEL] = spec.queue_name
-    metadata.setdefault("annotations", {})[ANNOTATION_GENERATION] = str(meta.generation)
+    annotations = metadata.setdefault("annotations", {})
+    annotations[ANNOTATION_GENERATION] = str(meta.generation)
+    annotations[ANNOTATION_SPEC_HASH] = spec_hash(trainjob)
+    if suspend and spec.suspend:
+        annotations[ANNOTATION_SUSPENDED_BY_USER] = "true"
 
     worker_group: dict[str, Any] = {
         "groupName": WORKER_GROUP,

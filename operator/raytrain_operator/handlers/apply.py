@@ -16,7 +16,7 @@ import kopf
 from raytrain_operator import k8s, metrics
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import build_contract_configmap
-from raytrain_operator.builders.meta import LABEL_TRAINJOB, Meta
+from raytrain_operator.builders.meta import ANNOTATION_SUSPENDED_BY_USER, LABEL_TRAINJOB, Meta
 from raytrain_operator.builders.names import contract_configmap_name, runtime_account_name
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
@@ -65,10 +65,6 @@ def ensure_children(
     for obj in build_rbac(trainjob, meta):
         _ensure(obj, meta, update=("subjects",) if obj["kind"] == "RoleBinding" else ())
     rayjob = build_rayjob(trainjob, meta, action.attempt, suspend=action.suspend)
-    annotations = rayjob["metadata"].setdefault("annotations", {})
-    annotations[machine.ANNOTATION_SPEC_HASH] = machine.spec_hash(trainjob)
-    if trainjob.spec.suspend:
-        annotations[machine.ANNOTATION_SUSPENDED_BY_USER] = "true"
     if _ensure(rayjob, meta):
         logger.info(f"Created RayJob {rayjob['metadata']['name']} (attempt {action.attempt}).")
         created = machine.parse_time(creation_timestamp)
@@ -107,7 +103,7 @@ def run(
                 meta.namespace,
                 action.name,
                 {
-                    "metadata": {"annotations": {machine.ANNOTATION_SUSPENDED_BY_USER: value}},
+                    "metadata": {"annotations": {ANNOTATION_SUSPENDED_BY_USER: value}},
                     "spec": {"suspend": action.suspend},
                 },
             )

@@ -13,8 +13,6 @@ the RayJob's status decides it only when the runtime died without reporting.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -23,16 +21,16 @@ from typing import Any
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.meta import (
     ANNOTATION_CHECKPOINT_REQUESTED,
+    ANNOTATION_SPEC_HASH,
+    ANNOTATION_SUSPENDED_BY_USER,
     LABEL_ATTEMPT,
     Meta,
 )
 from raytrain_operator.builders.names import rayjob_name, run_name
+from raytrain_operator.builders.rayjob import spec_hash
 from raytrain_operator.status import conditions as c
 from raytrain_operator.status.conditions import Desired, Transition
 
-#: Annotations the operator puts on a RayJob it manages.
-ANNOTATION_SPEC_HASH = "raytrain.dev/spec-hash"
-ANNOTATION_SUSPENDED_BY_USER = "raytrain.dev/suspended-by-user"
 #: Annotation on the TrainJob once its children were removed after the TTL.
 ANNOTATION_CLEANED_UP = "raytrain.dev/children-deleted"
 CHECKPOINT_GRACE_SECONDS = 120.0
@@ -57,12 +55,6 @@ def parse_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-
-
-def spec_hash(trainjob: TrainJob) -> str:
-    """Hash of everything in the spec a RayJob is built from (suspend aside)."""
-    spec = trainjob.spec.model_dump(mode="json", by_alias=True, exclude={"suspend"})
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------------- actions
