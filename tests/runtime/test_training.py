@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import S3Server
 
 from trainer_runtime.contract import load_contract
 from trainer_runtime.local import run_local
@@ -21,7 +20,7 @@ from trainer_runtime.reporter import RecordingTransport
 pytestmark = [pytest.mark.runtime, pytest.mark.usefixtures("ray_local")]
 
 
-def s3_storage(server: S3Server, prefix: str) -> dict[str, Any]:
+def s3_storage(server: Any, prefix: str) -> dict[str, Any]:
     return {"type": "s3", "path": f"s3://{server.bucket}/{prefix}", "endpoint": server.endpoint,
             "region": "us-east-1"}  # fmt: skip
 
@@ -41,7 +40,7 @@ def reported(sink: RecordingTransport, name: str) -> list[float]:
 
 
 def test_digits_reaches_accuracy_and_keeps_num_to_keep_checkpoints(
-    s3_env: S3Server, make_doc: Any
+    s3_env: Any, make_doc: Any
 ) -> None:
     prefix = f"runs-{uuid.uuid4().hex[:8]}"
     doc = make_doc(config={"epochs": 5, "lr": 0.1, "seed": 0}, storage=s3_storage(s3_env, prefix),
@@ -66,7 +65,7 @@ def test_digits_reaches_accuracy_and_keeps_num_to_keep_checkpoints(
 
 
 def test_killed_worker_resumes_from_latest_checkpoint_and_a_rerun_resumes_too(
-    s3_env: S3Server, make_doc: Any, tmp_path: Path
+    s3_env: Any, make_doc: Any, tmp_path: Path
 ) -> None:
     prefix = f"runs-{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "died"
