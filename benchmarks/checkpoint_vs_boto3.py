@@ -128,7 +128,8 @@ def main() -> None:
             f"RESULT checkpoint_vs_boto3: {total_mb:.0f} MB in {args.files} files, median of "
             f"{args.repeats}: save ratio {up:.2f} (ours {total_mb / med['ours_up']:.0f} MB/s vs "
             f"boto3 {total_mb / med['b3_up']:.0f} MB/s), restore ratio {down:.2f} "
-            f"(ours {total_mb / med['ours_down']:.0f} MB/s vs boto3 {total_mb / med['b3_down']:.0f} MB/s)"
+            f"(ours {total_mb / med['ours_down']:.0f} MB/s vs "
+            f"boto3 {total_mb / med['b3_down']:.0f} MB/s)"
         )
     finally:
         proc.terminate()

@@ -127,7 +127,7 @@ def run_ours(epochs: int, samples: int) -> list[float]:
             "resourcesPerWorker": {"CPU": 1.0},
             "placementStrategy": "PACK",
             "acceleratorType": None,
-        },  # fmt: skip
+        },
         "torch": {"backend": "gloo", "timeoutSeconds": 600},
         "storage": {"type": "pvc", "path": store},
         "checkpoint": {"numToKeep": None, "scoreAttribute": None, "scoreOrder": None},
