@@ -62,6 +62,12 @@ def _structural(schema: Schema, defs: dict[str, Schema]) -> Schema:
         if key == "const":
             out["enum"] = [value]
             continue
+        if key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+            # JSON Schema's numeric form (pydantic's `gt=`/`lt=`); OpenAPI v3.0, which the API
+            # server speaks, wants the bound plus a boolean flag.
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
+            continue
         out[key] = value
 
     if "enum" in out and "type" not in out:
