@@ -328,9 +328,7 @@ def test_parent_labels_and_annotations_are_copied_by_allow_list_only() -> None:
         *(p["metadata"]["annotations"] for p in pods(rj)),
     ]:
         assert annos["owner"] == "alice"
-        assert not any(
-            k.startswith(("kubectl.kubernetes.io/", "kopf.zalando.org/")) for k in annos
-        )
+        assert not any(k.startswith(("kubectl.kubernetes.io/", "kopf.zalando.org/")) for k in annos)
         assert "raytrain.dev/last-handled-configuration" not in annos
 
 
