@@ -23,26 +23,31 @@ CHART = ROOT / "charts" / "raytrain-operator"
 FULL_VALUES = CHART / "ci" / "full-values.yaml"
 NAMESPACE = "raytrain-system"
 
-# The operator's permissions: the table in docs/operator.md, "RBAC". (apiGroup, resource) -> verbs.
-NAMESPACED_RULES: dict[tuple[str, str], set[str]] = {
-    ("raytrain.dev", "trainjobs"): {"get", "list", "watch", "patch", "update"},
-    ("raytrain.dev", "trainjobs/status"): {"get", "patch", "update"},
-    ("raytrain.dev", "trainjobs/finalizers"): {"update"},
-    ("ray.io", "rayjobs"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-    ("ray.io", "rayclusters"): {"get", "list", "watch"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "serviceaccounts"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "persistentvolumeclaims"): {"get"},
-    ("", "secrets"): {"get"},
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
-    ("rbac.authorization.k8s.io", "roles"): {"get", "create", "patch", "delete"},
-    ("rbac.authorization.k8s.io", "rolebindings"): {"get", "create", "patch", "delete"},
-}
-CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
-    ("", "namespaces"): {"list", "watch"},
-    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
-}
+OPERATOR_DOC = ROOT / "docs" / "operator.md"
+# Cluster-scoped resources; everything else in the table is granted per namespace.
+CLUSTER_SCOPED = {"namespaces", "customresourcedefinitions"}
+
+
+def documented_rbac() -> dict[tuple[str, str], set[str]]:
+    """The table under "## RBAC" in docs/operator.md: (apiGroup, resource) -> verbs."""
+    text = OPERATOR_DOC.read_text()
+    section = text.split("\n## RBAC\n", 1)[1].split("\n## ", 1)[0]
+    table: dict[tuple[str, str], set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`"):
+            continue
+        group = cells[0].strip("`").strip('"')
+        resource = cells[1].strip("`")
+        verbs = {v.strip().strip("`") for v in cells[2].split(",")}
+        table[(group, resource)] = verbs
+    assert ("raytrain.dev", "trainjobs") in table, "no RBAC table found in docs/operator.md"
+    return table
+
+
+DOCUMENTED = documented_rbac()
+NAMESPACED_RULES = {k: v for k, v in DOCUMENTED.items() if k[1] not in CLUSTER_SCOPED}
+CLUSTER_RULES = {k: v for k, v in DOCUMENTED.items() if k[1] in CLUSTER_SCOPED}
 
 
 @pytest.fixture(scope="session")
