@@ -208,6 +208,8 @@ class Reporter:
         self._score_max = (score_order or "max") == "max"
         self._pending = False
         self._last_checkpoint_time: float | None = None
+        self._request_seen: str | None = None
+        self._request_done: str | None = None
         self._finished = False
         self.reports = 0
         self.patches_sent = 0
@@ -251,6 +253,8 @@ class Reporter:
             self._last_checkpoint_time = now
             if s.checkpointing:
                 s.checkpointing = False
+                # This request is answered, whatever the two clocks say about its time.
+                self._request_done = self._request_seen
             self._track_best(metrics, checkpoint_uri)
         self._pending = True
         self.tick()
@@ -315,7 +319,7 @@ class Reporter:
             return
         annotations = (job.get("metadata") or {}).get("annotations") or {}
         requested = annotations.get(CHECKPOINT_REQUEST_ANNOTATION)
-        if not requested:
+        if not requested or requested == self._request_done:
             return
         when = parse_rfc3339(requested)
         if when is None:
@@ -327,6 +331,7 @@ class Reporter:
         # RFC 3339 in the annotation has whole seconds: compare at that resolution.
         if (last is None or when > math.floor(last)) and not self.state.checkpointing:
             self.state.checkpointing = True
+            self._request_seen = requested
 
     def _read(self) -> Mapping[str, Any] | None:
         try:

@@ -86,7 +86,7 @@ def test_checkpoint_request_annotation_round_trip(kube_cluster: Any, namespace: 
     clock.now += 1
     reporter.on_report({"epoch": 0}, "s3://raytrain/checkpoints/run/checkpoint_000000")
     kube_cluster.kubectl("annotate", "trainjobs.raytrain.dev", "digits", "-n", namespace,
-                         "raytrain.dev/checkpoint-requested=2033-05-18T03:40:00Z")  # fmt: skip
+                         "raytrain.dev/checkpoint-requested=2033-05-18T03:33:22Z")  # fmt: skip
     clock.now += 1
     reporter.on_report({"epoch": 1})
     assert status(kube_cluster, namespace)["trainerStatus"]["checkpointing"] is True

@@ -321,3 +321,21 @@ def test_bad_param_space_names_the_key(space: dict[str, Any], match: str) -> Non
 
     with pytest.raises(ContractError, match=match):
         translate_param_space(space)
+
+
+def test_an_answered_request_is_not_raised_again_even_if_its_clock_runs_ahead() -> None:
+    clock = FakeClock(2_000_000_000.0)  # 2033-05-18T03:33:20Z
+    job: dict[str, Any] = {"metadata": {"annotations": {}}}
+    sink = RecordingTransport(trainjob=job)
+    r = Reporter(sink, min_interval=0, clock=clock)
+    r.start()
+    job["metadata"]["annotations"]["raytrain.dev/checkpoint-requested"] = "2033-05-18T04:00:00Z"
+    clock.now += 1
+    r.on_report({"epoch": 0})
+    assert sink.patches[-1]["status"]["trainerStatus"]["checkpointing"] is True
+    clock.now += 1
+    r.on_report({"epoch": 1}, "s3://b/run/checkpoint_1")
+    assert sink.patches[-1]["status"]["trainerStatus"]["checkpointing"] is False
+    clock.now += 1
+    r.on_report({"epoch": 2})
+    assert sink.patches[-1]["status"]["trainerStatus"]["checkpointing"] is False
