@@ -387,7 +387,9 @@ def test_suspend_and_resume(kube_cluster: KubeCluster, namespace: str, operator:
     ns, name = namespace, "pause"
     create(kube_cluster, ns, secret(f"{name}-s3"))
     create(kube_cluster, ns, trainjob(name))
-    wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
+    wait_condition(kube_cluster, ns, name, "Running", timeout=T_KUBERAY)
+    pods = f"raytrain.dev/trainjob={name}"
+    assert len(names(kube_cluster, ns, "pods", pods)) == 3
 
     kube_cluster.kubectl(
         "patch",
@@ -400,6 +402,9 @@ def test_suspend_and_resume(kube_cluster: KubeCluster, namespace: str, operator:
         '{"spec":{"suspend":true}}',
     )
     wait_condition(kube_cluster, ns, name, "Suspended")
+    wait_condition(kube_cluster, ns, name, "Running", "False")
+    # KubeRay removes the Ray cluster of a suspended RayJob
+    wait_for(lambda: names(kube_cluster, ns, "pods", pods) == [], T_KUBERAY, "Ray pods gone")
     rj = wait_for(
         lambda: (
             (r := get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"))
@@ -433,6 +438,8 @@ def test_suspend_and_resume(kube_cluster: KubeCluster, namespace: str, operator:
         T_CREATE,
         "RayJob resumed",
     )
+    # a new Ray cluster comes up for the same RayJob (same run name: it resumes)
+    wait_condition(kube_cluster, ns, name, "Running", timeout=T_KUBERAY)
     assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [
         f"{name}-0"
     ]
@@ -592,3 +599,35 @@ def test_preflight_stalls_without_a_rayjob_until_fixed(
         rj = get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") or {}
         vols = rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"]
         assert {"name": "raytrain-storage", "persistentVolumeClaim": {"claimName": "ckpt"}} in vols
+
+
+def test_failed_attempt_is_retried_with_a_new_rayjob_until_the_backoff_limit(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    ns, name = namespace, "retry"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    create(kube_cluster, ns, trainjob(name, backoffLimit=1))
+    wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
+    run_name = json.loads(
+        (get(kube_cluster, ns, "configmap", f"{name}-contract") or {})["data"]["contract.json"]
+    )["runName"]
+
+    runtime_report(kube_cluster, ns, name, {"phase": "Failed", "attempt": 0, "message": "OOM"})
+    wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-1"), T_CREATE, "RayJob -1")
+    wait_for(
+        lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") is None, T_CREATE, "-0 gone"
+    )
+    status = (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"]
+    assert (status["attempt"], status["restarts"]) == (1, 1)
+    contract = json.loads(
+        (get(kube_cluster, ns, "configmap", f"{name}-contract") or {})["data"]["contract.json"]
+    )
+    assert contract["attempt"] == 1 and contract["runName"] == run_name
+    assert condition(kube_cluster, ns, name, "Failed")["status"] == "False"  # type: ignore[index]
+
+    runtime_report(kube_cluster, ns, name, {"phase": "Failed", "attempt": 1, "message": "OOM"})
+    failed = wait_condition(kube_cluster, ns, name, "Failed")
+    assert failed["reason"] == "BackoffLimitExceeded" and "OOM" in failed["message"]
+    assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [
+        f"{name}-1"
+    ]
