@@ -29,6 +29,11 @@ API_ERRORS = Counter(
     "Kubernetes API calls that failed, by verb and resource (404/409 expected ones excluded).",
     ["verb", "resource"],
 )
+RAYJOB_LOOKUPS = Counter(
+    "raytrain_rayjob_lookups_total",
+    "Reads of a TrainJob's current RayJob, by source: the watch-fed index or the API server.",
+    ["source"],
+)
 RAYJOB_CREATION_SECONDS = Histogram(
     "raytrain_rayjob_creation_latency_seconds",
     "From the TrainJob's creationTimestamp to the creation of its first RayJob.",

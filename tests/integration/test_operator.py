@@ -325,7 +325,17 @@ def test_trainjob_becomes_a_running_rayjob_on_gpu_nodes(
         "events", "-n", ns, "--field-selector", f"involvedObject.name={name}"
     )["items"]
     assert {"RayJobCreated", "RayJobRunning"} <= {e["reason"] for e in events}
-    assert 'raytrain_trainjobs{phase="Running"} 1.0' in operator.metrics()
+    text = operator.metrics()
+    assert 'raytrain_trainjobs{phase="Running"} 1.0' in text
+    # the RayJob is read from the watch-fed index, not from the API server on every pass
+    assert index_lookups(text) > 0
+
+
+def index_lookups(metrics_text: str) -> float:
+    for line in metrics_text.splitlines():
+        if line.startswith('raytrain_rayjob_lookups_total{source="index"}'):
+            return float(line.split()[-1])
+    return 0.0
 
 
 @pytest.mark.parametrize("outcome", ["Succeeded", "Failed"])

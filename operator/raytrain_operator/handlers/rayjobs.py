@@ -1,5 +1,8 @@
 """An in-memory index of the RayJobs we own, so that a reconcile pass reads no RayJob from
-the API server: the watch keeps the index current, and KubeRay's status changes land in it."""
+the API server: the watch keeps the index current, and KubeRay's status changes land in it.
+
+kopf hands the index to every handler as the keyword argument named after its id, `rayjobs`.
+"""
 
 from __future__ import annotations
 

@@ -49,7 +49,9 @@ def lookup_rayjob(index: Any, namespace: str, name: str) -> dict[str, Any] | Non
         store = index.get((namespace, name))
         if store:
             for value in store:
+                metrics.RAYJOB_LOOKUPS.labels(source="index").inc()
                 return dict(value)
+    metrics.RAYJOB_LOOKUPS.labels(source="api").inc()
     return k8s.get_rayjob(namespace, name)
 
 

@@ -33,10 +33,10 @@ def on_create(
     body: kopf.Body,
     patch: kopf.Patch,
     logger: kopf.Logger,
-    rayjobs_by_name: kopf.Index[Any, Any] | None = None,
+    rayjobs: kopf.Index[Any, Any] | None = None,
     **_: Any,
 ) -> None:
-    _retry_if_stalled(reconcile("create", body, patch, logger, rayjobs_by_name))
+    _retry_if_stalled(reconcile("create", body, patch, logger, rayjobs))
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, id="resume")
@@ -44,10 +44,10 @@ def on_resume(
     body: kopf.Body,
     patch: kopf.Patch,
     logger: kopf.Logger,
-    rayjobs_by_name: kopf.Index[Any, Any] | None = None,
+    rayjobs: kopf.Index[Any, Any] | None = None,
     **_: Any,
 ) -> None:
-    _retry_if_stalled(reconcile("resume", body, patch, logger, rayjobs_by_name))
+    _retry_if_stalled(reconcile("resume", body, patch, logger, rayjobs))
 
 
 @kopf.on.update(GROUP, VERSION, PLURAL, id="update", field="spec")
@@ -55,10 +55,10 @@ def on_update(
     body: kopf.Body,
     patch: kopf.Patch,
     logger: kopf.Logger,
-    rayjobs_by_name: kopf.Index[Any, Any] | None = None,
+    rayjobs: kopf.Index[Any, Any] | None = None,
     **_: Any,
 ) -> None:
-    _retry_if_stalled(reconcile("update", body, patch, logger, rayjobs_by_name))
+    _retry_if_stalled(reconcile("update", body, patch, logger, rayjobs))
 
 
 @kopf.timer(
@@ -73,10 +73,10 @@ def resync(
     body: kopf.Body,
     patch: kopf.Patch,
     logger: kopf.Logger,
-    rayjobs_by_name: kopf.Index[Any, Any] | None = None,
+    rayjobs: kopf.Index[Any, Any] | None = None,
     **_: Any,
 ) -> None:
-    reconcile("resync", body, patch, logger, rayjobs_by_name)
+    reconcile("resync", body, patch, logger, rayjobs)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="delete", optional=True)
