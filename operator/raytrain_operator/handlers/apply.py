@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 import kopf
@@ -91,7 +90,6 @@ def run(
     patch: kopf.Patch,
     creation_timestamp: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
-    now: datetime,
 ) -> None:
     for action in actions:
         if isinstance(action, EnsureChildren):

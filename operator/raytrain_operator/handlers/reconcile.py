@@ -111,7 +111,6 @@ def _reconcile(
         patch,
         body["metadata"].get("creationTimestamp"),
         logger,
-        now,
     )
     for key, value in plan.status.items():
         if status.get(key) != value:
@@ -126,6 +125,8 @@ def _reconcile(
         str(cond["type"]) for cond in plan.status["conditions"] if cond["status"] == "True"
     )
     metrics.observe_trainjob(meta.namespace, meta.name, plan.phase, true_conditions)
+    if plan.recheck_after is not None:
+        logger.debug(f"Next deadline, grace period or TTL due in {plan.recheck_after:.0f} s.")
     if plan.phase == machine.STALLED:
         stalled = conditions.find(plan.status["conditions"], conditions.STALLED) or {}
         logger.warning(f"Stalled ({stalled.get('reason')}): {stalled.get('message')}")

@@ -117,6 +117,7 @@ class Plan:
     actions: list[Action] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
     #: Seconds after which something is due (a grace period, a deadline, the TTL), or None.
+    #: The resync timer bounds how late it is acted on; handlers log it.
     recheck_after: float | None = None
 
     @property
