@@ -265,7 +265,10 @@ def test_deadline_exceeded_deletes_the_rayjob_and_fails() -> None:
 
 def test_suspend_before_the_runtime_runs_suspends_at_once() -> None:
     p = run(tj(suspend=True), {"attempt": 0}, rayjob(deployment="Initializing"))
-    assert p.actions == [m.SetRayJobSuspend("digits-0", True, by_user=True)]
+    assert p.actions == [
+        m.Annotate(ANNOTATION_CHECKPOINT_REQUESTED, ts()),
+        m.SetRayJobSuspend("digits-0", True, by_user=True),
+    ]
     assert p.phase == "Suspended"
     assert cond(p, "Suspended")["status"] == "True"
 

@@ -380,10 +380,13 @@ def _suspend(
     # The runtime can only checkpoint if it runs: the Ray job started and reports as Running.
     runtime_up = deployment == "Running" and (job_status == "RUNNING" or phase == RUNNING)
     requested = parse_time(obs.meta.annotations.get(ANNOTATION_CHECKPOINT_REQUESTED))
-    if runtime_up:
-        if requested is None:
-            b.actions.append(Annotate(ANNOTATION_CHECKPOINT_REQUESTED, rfc3339(obs.now)))
+    if requested is None:
+        # The request always precedes the suspend (the contract); it is waited on only when
+        # a runtime is there to answer it.
+        b.actions.append(Annotate(ANNOTATION_CHECKPOINT_REQUESTED, rfc3339(obs.now)))
+        if runtime_up:
             return _checkpointing(b, obs.checkpoint_grace_seconds)
+    elif runtime_up:
         trainer = obs.status.get("trainerStatus") or {}
         written = parse_time(trainer.get("lastUpdatedTime"))
         done = (
