@@ -587,3 +587,20 @@ def test_examples_build() -> None:
                 tj = TrainJob.model_validate(doc)
                 rj = build(tj, meta(name=doc["metadata"]["name"]))
                 assert rj["metadata"]["name"] == f"{doc['metadata']['name']}-0"
+
+
+def test_the_rayjob_in_docs_operator_md_is_what_the_builder_renders() -> None:
+    root = ROOT_EXAMPLES[0].parents[1]
+    text = (root / "docs" / "operator.md").read_text()
+    section = text[text.index("## The RayJob for `examples/digits.yaml`") :]
+    documented = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    (doc,) = [
+        d
+        for d in yaml.safe_load_all((root / "examples" / "digits.yaml").read_text())
+        if d["kind"] == "TrainJob"
+    ]
+    rendered = build(TrainJob.model_validate(doc), meta(name="digits"))
+    assert documented == rendered, (
+        "docs/operator.md shows an outdated RayJob; paste this instead:\n"
+        + yaml.safe_dump(rendered, sort_keys=False)
+    )
