@@ -71,3 +71,9 @@ def test_unknown_condition_types_are_kept() -> None:
     }
     conds, _ = c.merge([theirs], {}, 1, T1)
     assert theirs in conds
+
+
+def test_long_messages_are_truncated() -> None:
+    conds, _ = c.merge(None, {c.FAILED: Desired(True, "TrainingFailed", "x" * 100_000)}, 1, T0)
+    message = by_type(conds)["Failed"]["message"]
+    assert len(message) <= c.MAX_MESSAGE and message.endswith("(truncated)")

@@ -23,6 +23,8 @@ STALLED = "Stalled"
 ALWAYS_PRESENT = (CREATED, RUNNING, SUSPENDED, SUCCEEDED, FAILED)
 ONLY_WHILE_TRUE = (RECONCILING, STALLED)
 ORDER = ALWAYS_PRESENT + ONLY_WHILE_TRUE
+#: Messages quote Ray and the runtime (a traceback can be long); keep objects and Events small.
+MAX_MESSAGE = 4096
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,11 @@ class Desired:
     status: bool
     reason: str
     message: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.message) > MAX_MESSAGE:
+            cut = self.message[: MAX_MESSAGE - 20] + " ... (truncated)"
+            object.__setattr__(self, "message", cut)
 
 
 @dataclass(frozen=True)
