@@ -641,3 +641,21 @@ def test_failed_attempt_is_retried_with_a_new_rayjob_until_the_backoff_limit(
     assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [
         f"{name}-1"
     ]
+
+
+def test_active_deadline_deletes_the_rayjob_and_fails(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    ns, name = namespace, "late"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    create(kube_cluster, ns, trainjob(name, activeDeadlineSeconds=3))
+    failed = wait_condition(kube_cluster, ns, name, "Failed", timeout=T_KUBERAY)
+    assert failed["reason"] == "DeadlineExceeded"
+    assert "activeDeadlineSeconds" in failed["message"]
+    status = (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"]
+    assert status["startTime"] and status["completionTime"] and status["phase"] == "Failed"
+    wait_for(
+        lambda: names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [],
+        T_CREATE,
+        "the RayJob deleted",
+    )
