@@ -25,7 +25,12 @@ def cpus_needed(contract: Contract) -> int:
     s = contract.scaling
     workers = s.num_workers if s.num_workers is not None else (s.max_workers or 1)
     per_worker = s.resources_per_worker.get("CPU", 1.0)
-    return max(1, math.ceil(workers * per_worker))
+    trials = 1
+    if contract.tune is not None:
+        trials = contract.tune.max_concurrent_trials or 1
+    # A Tune trial's driver takes a sliver of a CPU next to its workers.
+    extra = 1 if contract.tune is not None else 0
+    return max(1, math.ceil(trials * workers * per_worker) + extra)
 
 
 def run_local(

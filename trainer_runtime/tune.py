@@ -12,7 +12,7 @@ from typing import Any
 
 from trainer_runtime.contract import ContractError, TuneSettings
 
-_RANGE_FORMS = ("uniform", "loguniform", "randint", "quniform")
+TRIAL_DRIVER_CPU = 0.01
 
 
 def translate_param_space(
@@ -86,20 +86,34 @@ def run_tune(
             reduction_factor=s.reduction_factor,
         )
     param_space = {**base_config, **translate_param_space(settings.param_space)}
-    tuner = tune.Tuner(
-        trial,
-        param_space=param_space,
-        tune_config=tune.TuneConfig(
-            metric=settings.metric,
-            mode=settings.mode,
-            num_samples=settings.num_samples,
-            max_concurrent_trials=settings.max_concurrent_trials,
-            scheduler=scheduler,
-        ),
-        run_config=tune.RunConfig(
-            name=run_name,
-            storage_path=storage_path,
+    # The trial function only drives its TorchTrainer, whose workers hold the CPUs and GPUs;
+    # Tune refuses an empty request, so it asks for a sliver of a CPU.
+    trainable = tune.with_resources(trial, {"cpu": TRIAL_DRIVER_CPU})
+    experiment = f"{storage_path.rstrip('/')}/{run_name}"
+    if tune.Tuner.can_restore(experiment, storage_filesystem=storage_filesystem):
+        # A retry of the same run: finish the search, never start it over.
+        tuner = tune.Tuner.restore(
+            experiment,
+            trainable,
+            resume_errored=True,
+            param_space=param_space,
             storage_filesystem=storage_filesystem,
-        ),
-    )
+        )
+    else:
+        tuner = tune.Tuner(
+            trainable,
+            param_space=param_space,
+            tune_config=tune.TuneConfig(
+                metric=settings.metric,
+                mode=settings.mode,
+                num_samples=settings.num_samples,
+                max_concurrent_trials=settings.max_concurrent_trials,
+                scheduler=scheduler,
+            ),
+            run_config=tune.RunConfig(
+                name=run_name,
+                storage_path=storage_path,
+                storage_filesystem=storage_filesystem,
+            ),
+        )
     return tuner.fit()
