@@ -659,3 +659,26 @@ def test_active_deadline_deletes_the_rayjob_and_fails(
         T_CREATE,
         "the RayJob deleted",
     )
+
+
+def test_a_foreign_object_with_a_child_name_stalls_and_is_left_alone(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    ns, name = namespace, "taken"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-contract"},
+        "data": {"mine": "yes"},
+    }
+    create(kube_cluster, ns, foreign)
+    create(kube_cluster, ns, trainjob(name))
+    stalled = wait_condition(kube_cluster, ns, name, "Stalled")
+    assert stalled["reason"] == "NameConflict"
+    assert f"ConfigMap named {name}-contract" in stalled["message"]
+    assert (get(kube_cluster, ns, "configmap", f"{name}-contract") or {})["data"] == {"mine": "yes"}
+
+    kube_cluster.kubectl("delete", "configmap", f"{name}-contract", "-n", ns)
+    wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
+    wait_for(lambda: condition(kube_cluster, ns, name, "Stalled") is None, T_CREATE, "unstalled")

@@ -351,3 +351,11 @@ def test_generation_bump_refreshes_every_condition() -> None:
     p = run(status=status_after(first), rj=rayjob(deployment="Running"), generation=5)
     assert p.status["observedGeneration"] == 5
     assert {x["observedGeneration"] for x in p.status["conditions"]} == {5}
+
+
+def test_a_child_name_taken_by_another_object_stalls() -> None:
+    message = "a ConfigMap named digits-contract exists in namespace team-a but does not belong"
+    p = run(conflict=message)
+    assert p.phase == "Stalled" and p.actions == []
+    assert cond(p, "Stalled")["reason"] == "NameConflict"
+    assert cond(p, "Stalled")["message"] == message

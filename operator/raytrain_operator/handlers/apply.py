@@ -30,6 +30,10 @@ from raytrain_operator.status.machine import (
 )
 
 
+class Conflict(Exception):
+    """A child's name is taken by an object the TrainJob does not own; it is left alone."""
+
+
 def _owned(obj: Mapping[str, Any], meta: Meta) -> bool:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(r.get("uid") == meta.uid for r in refs)
@@ -42,10 +46,9 @@ def _ensure(body: dict[str, Any], meta: Meta, *, update: tuple[str, ...] = ()) -
         return True
     kind, name = body["kind"], body["metadata"]["name"]
     if not _owned(obj, meta):
-        raise kopf.TemporaryError(
-            f"{kind} {meta.namespace}/{name} exists but does not belong to TrainJob "
-            f"{meta.name}; delete it or rename the TrainJob",
-            delay=30,
+        raise Conflict(
+            f"a {kind} named {name} exists in namespace {meta.namespace} but does not belong "
+            f"to this TrainJob (uid {meta.uid}); delete that {kind} or rename the TrainJob"
         )
     changes = {key: body[key] for key in update if obj.get(key) != body[key]}
     if changes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -92,26 +93,28 @@ def _reconcile(
         if machine.needs_preflight(status, rayjob):
             problem = preflight.check(trainjob, meta)
 
-    plan = machine.plan(
-        machine.Observation(
-            meta=meta,
-            trainjob=trainjob,
-            status=status,
-            now=now,
-            rayjob=rayjob,
-            preflight_problem=problem,
-            spec_problem=spec_problem,
-            checkpoint_grace_seconds=CONFIG.checkpoint_grace_seconds,
+    observation = machine.Observation(
+        meta=meta,
+        trainjob=trainjob,
+        status=status,
+        now=now,
+        rayjob=rayjob,
+        preflight_problem=problem,
+        spec_problem=spec_problem,
+        checkpoint_grace_seconds=CONFIG.checkpoint_grace_seconds,
+    )
+    plan = machine.plan(observation)
+    try:
+        apply.run(
+            plan.actions,
+            trainjob,
+            meta,
+            patch,
+            body["metadata"].get("creationTimestamp"),
+            logger,
         )
-    )
-    apply.run(
-        plan.actions,
-        trainjob,
-        meta,
-        patch,
-        body["metadata"].get("creationTimestamp"),
-        logger,
-    )
+    except apply.Conflict as exc:
+        plan = machine.plan(dataclasses.replace(observation, conflict=str(exc)))
     for key, value in plan.status.items():
         if status.get(key) != value:
             patch.status[key] = value

@@ -108,6 +108,8 @@ class Observation:
     preflight_problem: tuple[str, str] | None = None
     #: Why the spec can never be built (invalid quantity...), or None.
     spec_problem: str | None = None
+    #: A child's name is taken by an object this TrainJob does not own (the message), or None.
+    conflict: str | None = None
     checkpoint_grace_seconds: float = CHECKPOINT_GRACE_SECONDS
 
 
@@ -206,12 +208,14 @@ def plan(obs: Observation) -> Plan:
     rj = obs.rayjob
     name = rayjob_name(meta.name, attempt)
 
-    if rj is not None and not _owned_by(rj, meta.uid):
-        msg = (
+    conflict = obs.conflict
+    if conflict is None and rj is not None and not _owned_by(rj, meta.uid):
+        conflict = (
             f"a RayJob named {name} exists in namespace {meta.namespace} but does not belong "
             f"to this TrainJob (uid {meta.uid}); delete that RayJob or rename the TrainJob"
         )
-        b.set(c.STALLED, True, "NameConflict", msg)
+    if conflict is not None:
+        b.set(c.STALLED, True, "NameConflict", conflict)
         b.due_in(30)
         return b.finish(STALLED)
 
