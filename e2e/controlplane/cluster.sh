@@ -1,0 +1,338 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on loopback, for tests: etcd, kube-apiserver,
+# kube-controller-manager and kube-scheduler run as local processes (kwokctl's binary
+# runtime), KWOK fakes the nodes (GPU capacity, pods go Running), and the KubeRay operator
+# runs against it out of cluster.
+#
+#   cluster.sh up           build (cached) and start; last line printed: KUBECONFIG=<path>
+#   cluster.sh down         stop everything (KubeRay operator included) and drop the state
+#   cluster.sh status       say what runs; exit 0 only if the API server is ready
+#   cluster.sh kubeconfig   print the kubeconfig path of a running cluster
+#
+# Environment: RAYTRAIN_CLUSTER (name, default raytrain), RAYTRAIN_NODES (fake GPU nodes,
+# default 4), RAYTRAIN_CACHE (binaries, default ~/.cache/raytrain), RAYTRAIN_STATE (cluster
+# state, default $RAYTRAIN_CACHE/state), RAYTRAIN_UP_TIMEOUT (seconds per wait, default 180).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+# shellcheck source=versions.sh
+source "$HERE/versions.sh"
+
+CLUSTER="${RAYTRAIN_CLUSTER:-raytrain}"
+NODES="${RAYTRAIN_NODES:-4}"
+TIMEOUT="${RAYTRAIN_UP_TIMEOUT:-180}"
+STATE_ROOT="${RAYTRAIN_STATE:-$RAYTRAIN_CACHE/state}"
+STATE="$STATE_ROOT/$CLUSTER"
+KUBECONFIG_PATH="$STATE/kubeconfig"
+OPERATOR_PID="$STATE/kuberay-operator.pid"
+OPERATOR_LOG="$STATE/kuberay-operator.log"
+KWOKCTL_LOG="$STATE/kwokctl.log"
+
+K8S_BIN="$(bindir k8s)"
+ETCD_BIN="$(bindir etcd)"
+KWOK_BIN="$(bindir kwok)"
+KUBERAY_BIN="$(bindir kuberay)"
+KUBECTL="$K8S_BIN/kubectl"
+KWOKCTL="$KWOK_BIN/kwokctl"
+
+# kwokctl: binary runtime, every binary a local path (a URL default would mean a download).
+export KWOK_WORKDIR="$STATE_ROOT/kwok"
+export KWOK_RUNTIME=binary
+export KWOK_KUBE_VERSION="$K8S_VERSION"
+export KWOK_KUBE_APISERVER_BINARY="$K8S_BIN/kube-apiserver"
+export KWOK_KUBE_CONTROLLER_MANAGER_BINARY="$K8S_BIN/kube-controller-manager"
+export KWOK_KUBE_SCHEDULER_BINARY="$K8S_BIN/kube-scheduler"
+export KWOK_KUBECTL_BINARY="$KUBECTL"
+export KWOK_CONTROLLER_BINARY="$KWOK_BIN/kwok"
+export KWOK_ETCD_BINARY="$ETCD_BIN/etcd"
+# kwokctl runs `kubectl` from PATH: make it ours, not whatever the machine has.
+export PATH="$K8S_BIN:$PATH"
+
+START=$SECONDS
+log() { printf '[cluster %s +%ss] %s\n' "$CLUSTER" "$((SECONDS - START))" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+kc() { "$KUBECTL" --kubeconfig="$KUBECONFIG_PATH" "$@"; }
+
+# wait_until SECONDS WHAT CMD...: run CMD until it succeeds; fail after SECONDS.
+wait_until() {
+  local limit="$1" what="$2" deadline
+  shift 2
+  deadline=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      log "timed out after ${limit}s waiting for $what"
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+cluster_exists() {
+  [ -x "$KWOKCTL" ] && "$KWOKCTL" get clusters 2>/dev/null | grep -qx "$CLUSTER"
+}
+
+api_ready() {
+  [ -f "$KUBECONFIG_PATH" ] && [ -x "$KUBECTL" ] &&
+    kc --request-timeout=5s get --raw /readyz >/dev/null 2>&1
+}
+
+operator_pid() {
+  local pid
+  [ -f "$OPERATOR_PID" ] || return 1
+  pid="$(cat "$OPERATOR_PID")"
+  # Only our process: the pid must still be a ray-operator, not a recycled number.
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] &&
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$KUBERAY_BIN/ray-operator" || return 1
+  echo "$pid"
+}
+
+# A zombie (exited, not yet reaped) has an empty cmdline, so it counts as gone.
+operator_gone() { ! operator_pid >/dev/null; }
+
+show_logs() {
+  local f
+  log "log tails (state: $STATE, kwok: $KWOK_WORKDIR/clusters/$CLUSTER/logs):"
+  for f in "$KWOKCTL_LOG" "$OPERATOR_LOG" "$KWOK_WORKDIR/clusters/$CLUSTER"/logs/*.log; do
+    [ -f "$f" ] || continue
+    printf -- '--- %s\n' "$f" >&2
+    tail -n 25 "$f" >&2
+  done
+}
+
+write_kwokctl_config() {
+  cat >"$STATE/kwokctl.yaml" <<EOF
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  runtime: binary
+  bindAddress: 127.0.0.1
+  kubeVersion: $K8S_VERSION
+  kubeApiserverBinary: $KWOK_KUBE_APISERVER_BINARY
+  kubeControllerManagerBinary: $KWOK_KUBE_CONTROLLER_MANAGER_BINARY
+  kubeSchedulerBinary: $KWOK_KUBE_SCHEDULER_BINARY
+  kubectlBinary: $KWOK_KUBECTL_BINARY
+  kwokControllerBinary: $KWOK_CONTROLLER_BINARY
+  etcdBinary: $KWOK_ETCD_BINARY
+componentsPatches:
+- name: etcd
+  extraArgs:
+  # The KubeRay CRDs are 0.7-1.4 MB each; the default limit is 1.5 MiB.
+  - key: max-request-bytes
+    value: "4194304"
+  # Throwaway test data: skip fsync, it only slows the tests down.
+  - key: unsafe-no-fsync
+    value: "true"
+- name: kube-apiserver
+  extraArgs:
+  - key: advertise-address
+    value: 127.0.0.1
+EOF
+}
+
+gpu_nodes() {
+  local i name
+  for ((i = 0; i < NODES; i++)); do
+    name="gpu-node-$i"
+    cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    kubernetes.io/hostname: $name
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB
+    type: kwok
+status:
+  capacity: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "8"}
+  allocatable: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "8"}
+EOF
+  done
+}
+
+kuberay_crd_dir() {
+  local modcache
+  modcache="$(go env GOMODCACHE 2>/dev/null || true)"
+  [ -n "$modcache" ] || modcache="${GOPATH:-$HOME/go}/pkg/mod"
+  echo "$modcache/github.com/ray-project/kuberay/ray-operator@$KUBERAY_VERSION/config/crd/bases"
+}
+
+apply_crds() {
+  local what="$1"
+  shift
+  # Server-side apply: the KubeRay CRDs are too big for client-side apply's annotation.
+  kc apply --server-side --force-conflicts --field-manager=raytrain-cluster "$@" >/dev/null
+  kc wait --for=condition=Established --timeout="${TIMEOUT}s" "$@" >/dev/null ||
+    die "$what CRDs not Established within ${TIMEOUT}s"
+}
+
+start_operator() {
+  local pid
+  if pid="$(operator_pid)"; then
+    log "KubeRay operator $KUBERAY_VERSION already running (pid $pid)"
+    return 0
+  fi
+  : >"$OPERATOR_LOG"
+  # Own session, no inherited stdio (a caller capturing our output must not wait on it),
+  # and not the lock fd 8 (it would hold the lock for as long as it runs).
+  KUBECONFIG="$KUBECONFIG_PATH" setsid "$KUBERAY_BIN/ray-operator" \
+    --kubeconfig="$KUBECONFIG_PATH" \
+    --enable-leader-election=false \
+    --metrics-addr=0 \
+    --health-probe-bind-address=0 \
+    --log-stdout-encoder=console \
+    </dev/null >>"$OPERATOR_LOG" 2>&1 8>&- &
+  echo $! >"$OPERATOR_PID"
+  log "KubeRay operator $KUBERAY_VERSION started (pid $!, log $OPERATOR_LOG)"
+  # With probes off, readiness is the RayCluster controller's workers starting.
+  wait_until "$TIMEOUT" "the KubeRay operator to start its controllers" \
+    grep -q 'RayCluster.*Starting workers' "$OPERATOR_LOG" ||
+    { operator_pid >/dev/null || log "the KubeRay operator exited"; return 1; }
+}
+
+stop_operator() {
+  local pid
+  if pid="$(operator_pid)"; then
+    kill -TERM "$pid" 2>/dev/null || true
+    if ! wait_until 20 "the KubeRay operator to exit" operator_gone; then
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    log "KubeRay operator stopped"
+  fi
+  rm -f "$OPERATOR_PID"
+}
+
+cmd_up() {
+  local t0 crds f names
+  [[ "$NODES" =~ ^[0-9]+$ ]] || die "RAYTRAIN_NODES must be a number, not '$NODES'"
+  command -v go >/dev/null 2>&1 || die "'go' not found: install Go 1.26 to build the control plane"
+  bash "$HERE/build.sh" >&2 || die "build failed"
+  mkdir -p "$STATE"
+
+  if cluster_exists && api_ready; then
+    log "cluster already running"
+  else
+    if cluster_exists; then
+      log "cluster '$CLUSTER' exists but is not ready: recreating it"
+      stop_operator
+      "$KWOKCTL" delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG_PATH" \
+        </dev/null >>"$KWOKCTL_LOG" 2>&1 || true
+    fi
+    write_kwokctl_config
+    rm -f "$KUBECONFIG_PATH"
+    t0=$SECONDS
+    log "starting etcd $ETCD_VERSION, Kubernetes $K8S_VERSION, kwok $KWOK_VERSION (binary runtime)"
+    # kwokctl's children keep the log file, never our stdout or lock (see start_operator).
+    if ! "$KWOKCTL" --config "$STATE/kwokctl.yaml" create cluster --name "$CLUSTER" \
+      --kubeconfig "$KUBECONFIG_PATH" --wait "${TIMEOUT}s" \
+      </dev/null >>"$KWOKCTL_LOG" 2>&1 8>&-; then
+      show_logs
+      die "kwokctl create cluster failed"
+    fi
+    log "control plane up in $((SECONDS - t0))s"
+  fi
+  wait_until "$TIMEOUT" "the API server /readyz" api_ready || { show_logs; die "API server not ready"; }
+
+  gpu_nodes | kc apply --server-side --field-manager=raytrain-cluster -f - >/dev/null
+  kc wait --for=condition=Ready node -l type=kwok --timeout="${TIMEOUT}s" >/dev/null ||
+    { show_logs; die "fake nodes not Ready within ${TIMEOUT}s"; }
+  log "$NODES fake GPU node(s) Ready (8x nvidia.com/gpu each)"
+
+  crds="$(kuberay_crd_dir)"
+  [ -d "$crds" ] || (cd "$HERE/kuberay" && go mod download "$KUBERAY_MODULE")
+  [ -d "$crds" ] || die "KubeRay CRDs not found in $crds"
+  # Same version, same CRDs: skip the 4 MB apply when all are already served.
+  # (ray.io_rayjobs.yaml holds the CRD rayjobs.ray.io, and so on.)
+  names=()
+  for f in "$crds"/ray.io_*.yaml; do
+    f="${f##*/ray.io_}"
+    names+=("crd/${f%.yaml}.ray.io")
+  done
+  if kc get "${names[@]}" -o name >/dev/null 2>&1; then
+    kc wait --for=condition=Established --timeout="${TIMEOUT}s" "${names[@]}" >/dev/null ||
+      die "KubeRay CRDs not Established within ${TIMEOUT}s"
+  else
+    apply_crds KubeRay -f "$crds"
+  fi
+  log "KubeRay $KUBERAY_VERSION CRDs Established"
+
+  if compgen -G "$REPO/crds/*.yaml" >/dev/null; then
+    apply_crds raytrain -f "$REPO/crds"
+    log "raytrain CRDs from crds/ Established"
+  fi
+
+  start_operator || { show_logs; die "KubeRay operator did not start"; }
+
+  log "ready in $((SECONDS - START))s"
+  echo "KUBECONFIG=$KUBECONFIG_PATH"
+}
+
+cmd_down() {
+  stop_operator
+  if cluster_exists; then
+    "$KWOKCTL" delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG_PATH" \
+      </dev/null >>"$KWOKCTL_LOG" 2>&1 || die "kwokctl delete cluster failed (see $KWOKCTL_LOG)"
+    log "cluster deleted"
+  else
+    log "no cluster '$CLUSTER' to delete"
+  fi
+  rm -rf "$STATE"
+}
+
+cmd_status() {
+  local pid rc=0
+  echo "cluster:    $CLUSTER"
+  echo "state dir:  $STATE"
+  if ! cluster_exists; then
+    echo "status:     absent"
+    return 1
+  fi
+  if api_ready; then
+    echo "status:     running"
+    echo "server:     $(kc config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
+    echo "version:    $(kc version -o json 2>/dev/null | grep -m1 gitVersion | tr -d ' ",' | cut -d: -f2- || true)"
+    echo "nodes:      $(kc get nodes -l type=kwok --no-headers 2>/dev/null | wc -l)"
+  else
+    echo "status:     not ready"
+    rc=1
+  fi
+  if pid="$(operator_pid)"; then
+    echo "kuberay:    running (pid $pid, log $OPERATOR_LOG)"
+  else
+    echo "kuberay:    not running"
+    rc=1
+  fi
+  echo "KUBECONFIG=$KUBECONFIG_PATH"
+  return $rc
+}
+
+cmd_kubeconfig() {
+  cluster_exists && [ -f "$KUBECONFIG_PATH" ] || die "cluster '$CLUSTER' is not running (run: $0 up)"
+  echo "$KUBECONFIG_PATH"
+}
+
+# up and down of one cluster never overlap (two test sessions may share it).
+with_lock() {
+  mkdir -p "$STATE_ROOT"
+  exec 8>"$STATE_ROOT/$CLUSTER.lock"
+  flock 8
+  "$@"
+}
+
+case "${1:-}" in
+  up) with_lock cmd_up ;;
+  down) with_lock cmd_down ;;
+  status) cmd_status ;;
+  kubeconfig) cmd_kubeconfig ;;
+  *)
+    sed -n '2,16p' "$0" >&2
+    exit 2
+    ;;
+esac
