@@ -5,7 +5,7 @@
 #
 # Binaries land in ${RAYTRAIN_CACHE:-~/.cache/raytrain}/controlplane/<component>-<version>/.
 # A component is reused when its directory holds a stamp written by a successful build of the
-# same wrapper go.mod/go.sum; otherwise it is rebuilt. --check only reports (exit 1 if any
+# same wrapper go.mod; otherwise it is rebuilt. --check only reports (exit 1 if any
 # component would be built). GOMODCACHE and GOCACHE are left at their defaults so that a
 # rebuild after a version bump is incremental.
 set -euo pipefail
@@ -46,10 +46,10 @@ binaries_of() {
   esac
 }
 
-# Fingerprint of what a build depends on: the wrapper's go.mod + go.sum and the Go release.
+# Fingerprint of what a build depends on: the wrapper's go.mod (it fixes every module
+# version; go.sum only holds their checksums) and the Go release.
 fingerprint() {
-  local dir="$HERE/$1"
-  { cat "$dir/go.mod" "$dir/go.sum"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16
+  { cat "$HERE/$1/go.mod"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16
 }
 
 is_cached() {
