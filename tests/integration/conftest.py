@@ -140,7 +140,11 @@ class _ClusterSession:
         given = os.environ.get("RAYTRAIN_KUBECONFIG")
         if given:
             cluster = KubeCluster(Path(given), _kubectl_binary(versions), versions)
-            probe = cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=30)
+            try:
+                probe = cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=30)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                self.fail_reason = f"RAYTRAIN_KUBECONFIG is set but kubectl failed: {exc}"
+                return
             if probe.returncode != 0:
                 self.fail_reason = (
                     f"RAYTRAIN_KUBECONFIG={given} does not reach a ready API server: "
