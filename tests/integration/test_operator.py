@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from _wait import wait_for
 from conftest import REPO, KubeCluster
 
@@ -682,3 +683,20 @@ def test_a_foreign_object_with_a_child_name_stalls_and_is_left_alone(
     kube_cluster.kubectl("delete", "configmap", f"{name}-contract", "-n", ns)
     wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
     wait_for(lambda: condition(kube_cluster, ns, name, "Stalled") is None, T_CREATE, "unstalled")
+
+
+@pytest.mark.parametrize("example", ["digits.yaml", "digits-pvc.yaml", "digits-s3.yaml"])
+def test_every_example_becomes_a_rayjob(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator, example: str
+) -> None:
+    text = (REPO / "examples" / example).read_text()
+    kube_cluster.kubectl("create", "-n", namespace, "-f", "-", input=text)
+    name = next(d["metadata"]["name"] for d in yaml.safe_load_all(text) if d["kind"] == "TrainJob")
+    rj = wait_for(
+        lambda: get(kube_cluster, namespace, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob"
+    )
+    assert rj["metadata"]["labels"]["raytrain.dev/trainjob"] == name
+    if example == "digits-pvc.yaml":
+        # the claim has no provisioner here, so its pods cannot start: only the RayJob is checked
+        return
+    wait_condition(kube_cluster, namespace, name, "Running", timeout=T_KUBERAY)
