@@ -700,3 +700,23 @@ def test_every_example_becomes_a_rayjob(
         # the claim has no provisioner here, so its pods cannot start: only the RayJob is checked
         return
     wait_condition(kube_cluster, namespace, name, "Running", timeout=T_KUBERAY)
+
+
+def test_elastic_job_runs_with_the_in_tree_autoscaler(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    ns, name = namespace, "elastic"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    create(kube_cluster, ns, trainjob(name, scaling={"minWorkers": 1, "maxWorkers": 3}))
+    rj = wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
+    cluster = rj["spec"]["rayClusterSpec"]
+    assert cluster["enableInTreeAutoscaling"] is True
+    group = cluster["workerGroupSpecs"][0]
+    assert (group["minReplicas"], group["maxReplicas"]) == (1, 3)
+    wait_condition(kube_cluster, ns, name, "Running", timeout=T_KUBERAY)
+    heads = kube_cluster.get_json(
+        "pods", "-n", ns, "-l", f"raytrain.dev/trainjob={name},raytrain.dev/role=head"
+    )["items"]
+    assert len(heads) == 1
+    containers = [c["name"] for c in heads[0]["spec"]["containers"]]
+    assert "autoscaler" in containers, containers
