@@ -2,8 +2,9 @@
 
 Every handler runs the same level-triggered reconcile pass; they differ only in what wakes them
 up. Children are owned by the TrainJob (ownerReferences), so deleting it lets Kubernetes'
-garbage collector remove them: the delete handler is optional and adds no finalizer, and a
-TrainJob never waits on the operator to go away.
+garbage collector remove them and the delete handler has nothing to clean up. kopf still puts
+its finalizer (`raytrain.dev/finalizer`) on every TrainJob because of the resync timer, which it
+stops before letting the object go.
 """
 
 from __future__ import annotations
