@@ -108,7 +108,7 @@ build_one() {
   mkdir -p "$tmp"
   start=$SECONDS
   local note=""
-  [ "$comp" != k8s ] || note=" (a cold build takes about 8 min on 2 cores)"
+  [ "$comp" != k8s ] || note=" (a cold build takes 7-16 min on 2 cores)"
   log "$comp $ver: building $(binaries_of "$comp")$note"
   # Heartbeat so that a long, silent compile is visibly alive in CI logs.
   # The trap also ends the pending sleep, which would otherwise hold our stdout open.

@@ -3,7 +3,7 @@
 ``kube_cluster`` (session) is a running cluster: the one named by ``RAYTRAIN_KUBECONFIG``, or
 one started with ``e2e/controlplane/cluster.sh up`` and stopped at the end of the session (keep
 it with ``RAYTRAIN_KEEP_CLUSTER=1``). The start happens once, before the first test, outside
-any per-test timeout: a cold build of the binaries takes 10-15 minutes on 2 cores.
+any per-test timeout: a cold build of the binaries takes 12-25 minutes on 2 cores.
 
 Under ``CI=true`` a failed build or start fails every test that needs the cluster. Elsewhere,
 without ``go`` on PATH, those tests are skipped with a note on how to enable them.
@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 
 ENABLE_HINT = (
     "integration tests need a local control plane: install Go 1.26 (it is built from Go "
-    "modules on first use, 10-15 min), or point RAYTRAIN_KUBECONFIG at a running cluster "
+    "modules on first use, 12-25 min), or point RAYTRAIN_KUBECONFIG at a running cluster "
     "(`make cluster-up` prints one)"
 )
 
@@ -166,7 +166,7 @@ class _ClusterSession:
         )
         self._say(
             "bringing up the local control plane (seconds when cached; the first build takes "
-            f"10-15 min); log: {self.log_path}"
+            f"12-25 min); log: {self.log_path}"
         )
         with self.log_path.open("w") as log:
             # No timeout: the first build is long, and its progress is in the log.
