@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.local:
         from trainer_runtime.local import run_local
 
-        return run_local(contract)
+        return run_local(contract, ray_logs=True)
 
     import ray
 

@@ -39,11 +39,13 @@ def run_local(
     display: bool = True,
     transport: Transport | None = None,
     min_interval: float | None = None,
+    ray_logs: bool = False,
 ) -> int:
     """Run ``contract`` on a local Ray; return the exit code (0 on success).
 
     Reports go to ``transport`` when given, else to a console display. Ray is started here (and
-    stopped again) unless the caller already started it.
+    stopped again) unless the caller already started it; ``ray_logs`` forwards the workers' own
+    output (the training loop's prints, Ray Train's messages) to this terminal.
     """
     import ray
 
@@ -57,7 +59,7 @@ def run_local(
             num_cpus=cpus_needed(contract),
             include_dashboard=False,
             logging_level=logging.WARNING,
-            log_to_driver=display,
+            log_to_driver=ray_logs,
         )
         started = True
     sink = transport or ConsoleTransport(contract.run_name, live=display)

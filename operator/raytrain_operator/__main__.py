@@ -27,6 +27,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--metrics-port", type=int, default=CONFIG.metrics_port)
     parser.add_argument("--health-port", type=int, default=CONFIG.health_port)
+    parser.add_argument(
+        "--bind-address",
+        default="0.0.0.0",
+        help="address the metrics and health endpoints listen on (default %(default)s, what a "
+        "pod's probes and Prometheus reach; 127.0.0.1 for an operator run outside the cluster)",
+    )
     parser.add_argument("--verbose", action="store_true", help="debug logging")
     parser.add_argument(
         "--log-format", choices=["plain", "full", "json"], default="full", help="log line format"
@@ -58,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     importlib.import_module("raytrain_operator.handlers")
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
-    metrics.serve(args.metrics_port)
+    metrics.serve(args.metrics_port, args.bind_address)
     kopf.run(
         standalone=True,
         clusterwide=not CONFIG.namespaces,
         namespaces=CONFIG.namespaces,
-        liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz",
+        liveness_endpoint=f"http://{args.bind_address}:{args.health_port}/healthz",
     )
     return 0
 

@@ -65,5 +65,5 @@ def observe_trainjob(
         TRAINJOBS_BY_CONDITION.labels(type=t).set(by_condition.get(t, 0))
 
 
-def serve(port: int) -> None:
-    start_http_server(port)
+def serve(port: int, addr: str = "0.0.0.0") -> None:
+    start_http_server(port, addr=addr)

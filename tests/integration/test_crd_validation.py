@@ -298,7 +298,13 @@ def test_valid_manifest_is_accepted(kube_cluster: Any, namespace: str) -> None:
 def test_example_is_accepted(kube_cluster: Any, namespace: str, path: str) -> None:
     docs = [d for d in yaml.safe_load_all((ROOT / "examples" / path).read_text()) if d]
     result = kube_cluster.kubectl(
-        "create", "-n", namespace, "--dry-run=server", "-f", "-", check=False,
+        "create",
+        "-n",
+        namespace,
+        "--dry-run=server",
+        "-f",
+        "-",
+        check=False,
         input="\n---\n".join(json.dumps(d) for d in docs),
     )
     assert result.returncode == 0, result.stderr
@@ -322,8 +328,15 @@ def _start(kube_cluster: Any, namespace: str, doc: Doc) -> None:
     kube_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(doc))
     patch = {"status": {"startTime": "2026-01-01T00:00:00Z"}}
     kube_cluster.kubectl(
-        "patch", "rtj", doc["metadata"]["name"], "-n", namespace, "--subresource=status",
-        "--type=merge", "-p", json.dumps(patch),
+        "patch",
+        "rtj",
+        doc["metadata"]["name"],
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(patch),
     )
 
 
@@ -353,7 +366,9 @@ def test_suspended_job_may_change_its_image(kube_cluster: Any, namespace: str) -
     doc = copy.deepcopy(_valid())
     _start(kube_cluster, namespace, doc)
     suspend = json.dumps({"spec": {"suspend": True}})
-    kube_cluster.kubectl("patch", "rtj", "bad-input", "-n", namespace, "--type=merge", "-p", suspend)
+    kube_cluster.kubectl(
+        "patch", "rtj", "bad-input", "-n", namespace, "--type=merge", "-p", suspend
+    )
     change = json.dumps({"spec": {"image": "raytrain/trainer-runtime:0.2.0"}})
     kube_cluster.kubectl("patch", "rtj", "bad-input", "-n", namespace, "--type=merge", "-p", change)
     got = json.loads(

@@ -64,7 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start a new run instead of resuming this job's latest local checkpoint",
     )
-    run.add_argument("--quiet", action="store_true", help="no live progress display")
+    run.add_argument("--quiet", action="store_true", help="no live progress bar")
+    run.add_argument(
+        "--ray-logs",
+        action="store_true",
+        help="also show the workers' output (the training loop's prints, Ray Train's messages)",
+    )
 
     submit = sub.add_parser("submit", help="create the objects in FILE in the cluster")
     submit.add_argument("file", help="manifest: a TrainJob, plus Secrets/PVCs it needs")

@@ -1,0 +1,247 @@
+"""`raytrain run FILE --local`: the TrainJob in FILE on this machine's Ray, no Kubernetes.
+
+The contract is rendered by the same builder the operator uses for the ConfigMap it mounts into
+the pods, then adjusted for one machine: CPU workers (a GPU request is dropped with a note),
+checkpoints in a local directory or on an S3 endpoint, progress on the console instead of the
+TrainJob's status. The run name is derived from the manifest's namespace and name, so running
+the same manifest again resumes from its latest checkpoint; `--new-run` starts over in a new run
+(the old run's checkpoints stay where they are).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import pathlib
+import sys
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from raytrain_operator.api.v1alpha1 import API_VERSION, KIND, TrainJob
+from raytrain_operator.builders.contract import render_contract
+from raytrain_operator.builders.meta import Meta
+
+#: Namespace of the local run's stand-in UID: uuid5(LOCAL_UID_NAMESPACE, "<namespace>/<name>").
+LOCAL_UID_NAMESPACE = uuid.UUID("5b0f6f0e-9d5e-4c1a-9a43-6f1f3c0b7a11")
+DEFAULT_STORAGE_DIR = ".raytrain/storage"
+_AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+class LocalRunError(ValueError):
+    """A manifest or option that cannot be run locally; the message names what to fix."""
+
+
+def load_manifest(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The first TrainJob document in `path`, and every other document (Secrets, PVCs...)."""
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise LocalRunError(f"{path}: cannot read the manifest ({exc.strerror})") from exc
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as exc:
+        raise LocalRunError(f"{path}: not valid YAML: {exc}") from exc
+    trainjob: dict[str, Any] | None = None
+    others: list[dict[str, Any]] = []
+    for doc in docs:
+        if not isinstance(doc, dict):
+            raise LocalRunError(f"{path}: every document must be a mapping, got {doc!r:.60}")
+        if trainjob is None and doc.get("kind") == KIND and doc.get("apiVersion") == API_VERSION:
+            trainjob = doc
+        else:
+            others.append(doc)
+    if trainjob is None:
+        raise LocalRunError(
+            f"{path}: no document with apiVersion: {API_VERSION} and kind: {KIND}; "
+            "pass a TrainJob manifest (see examples/digits.yaml)"
+        )
+    return trainjob, others
+
+
+def parse_trainjob(doc: Mapping[str, Any]) -> tuple[TrainJob, Meta]:
+    metadata = dict(doc.get("metadata") or {})
+    if not metadata.get("name"):
+        raise LocalRunError("metadata.name: the TrainJob has no name; set metadata.name")
+    try:
+        trainjob = TrainJob.model_validate({"metadata": metadata, "spec": doc.get("spec") or {}})
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"])
+            lines.append(f"  {where}: {err['msg']}")
+        message = "the TrainJob is not valid; fix these fields:\n" + "\n".join(lines)
+        raise LocalRunError(message) from None
+    return trainjob, Meta.from_metadata(metadata)
+
+
+def local_uid(meta: Meta, *, new_run: bool) -> str:
+    """A stable stand-in for the API server's UID, so a second run resumes the first."""
+    if new_run:
+        return str(uuid.uuid4())
+    return str(uuid.uuid5(LOCAL_UID_NAMESPACE, f"{meta.namespace}/{meta.name}"))
+
+
+def local_storage(
+    trainjob: TrainJob, storage_path: str | None, s3_endpoint: str | None, cwd: pathlib.Path
+) -> dict[str, Any]:
+    """The contract's storage section for a local run."""
+    s3 = trainjob.spec.storage.s3
+    region = s3.region if s3 is not None else None
+    if storage_path is None and s3_endpoint is not None:
+        if s3 is None:
+            raise LocalRunError(
+                "--s3-endpoint: the TrainJob stores checkpoints on a PVC (spec.storage.pvc); "
+                "also pass --storage-path s3://bucket/prefix"
+            )
+        storage_path = s3.uri
+    if storage_path is None:
+        storage_path = DEFAULT_STORAGE_DIR
+    if storage_path.startswith("s3://"):
+        if len(storage_path) <= len("s3://"):
+            raise LocalRunError("--storage-path: expected s3://bucket[/prefix]")
+        endpoint = s3_endpoint or os.environ.get("AWS_ENDPOINT_URL")
+        return {"type": "s3", "path": storage_path, "endpoint": endpoint, "region": region}
+    if "://" in storage_path:
+        raise LocalRunError(
+            f"--storage-path: {storage_path!r} is neither a directory nor s3://bucket/prefix"
+        )
+    directory = (cwd / storage_path).resolve()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LocalRunError(
+            f"--storage-path: cannot create {directory} ({exc.strerror}); choose a writable "
+            "directory"
+        ) from exc
+    return {"type": "pvc", "path": str(directory)}
+
+
+def local_contract(
+    trainjob: TrainJob,
+    meta: Meta,
+    *,
+    storage: dict[str, Any],
+    workers: int | None = None,
+    epochs: int | None = None,
+    new_run: bool = False,
+) -> tuple[dict[str, Any], list[str]]:
+    """The contract document for a local run, and notes on what was changed for this machine."""
+    notes: list[str] = []
+    uid_meta = Meta(
+        name=meta.name,
+        namespace=meta.namespace,
+        uid=local_uid(meta, new_run=new_run),
+        generation=meta.generation,
+        labels=meta.labels,
+        annotations=meta.annotations,
+    )
+    document = render_contract(trainjob, uid_meta, attempt=0)
+    scaling = document["scaling"]
+    resources = dict(scaling["resourcesPerWorker"])
+    if scaling["useGpu"] or "GPU" in resources:
+        notes.append("GPU requested by the manifest; this local run trains on the CPU")
+    scaling["useGpu"] = False
+    scaling["acceleratorType"] = None
+    # Ray on one machine schedules CPUs only; memory and custom resources would never fit.
+    scaling["resourcesPerWorker"] = {"CPU": resources.get("CPU", 1.0)}
+    if document["torch"]["backend"] == "nccl":
+        document["torch"]["backend"] = "gloo"
+        notes.append("torch.backend nccl needs GPUs; using gloo")
+    if workers is not None:
+        if workers < 1:
+            raise LocalRunError(f"--workers: must be at least 1, got {workers}")
+        scaling.update(numWorkers=workers, minWorkers=None, maxWorkers=None)
+    elif scaling["numWorkers"] is None:
+        scaling.update(numWorkers=scaling["minWorkers"], minWorkers=None, maxWorkers=None)
+        notes.append(f"elastic scaling runs locally with minWorkers={scaling['numWorkers']}")
+    if epochs is not None:
+        if epochs < 1:
+            raise LocalRunError(f"--epochs: must be at least 1, got {epochs}")
+        document["config"]["epochs"] = epochs
+    document["storage"] = storage
+    # Progress goes to the console; there is no TrainJob object to patch.
+    document["report"]["enabled"] = False
+    return document, notes
+
+
+def secret_env(trainjob: TrainJob, others: list[dict[str, Any]]) -> dict[str, str]:
+    """AWS credentials from the manifest's own Secret named by storage.s3.credentialsSecret."""
+    s3 = trainjob.spec.storage.s3
+    if s3 is None or s3.credentials_secret is None:
+        return {}
+    name = s3.credentials_secret.name
+    for doc in others:
+        if doc.get("kind") != "Secret" or (doc.get("metadata") or {}).get("name") != name:
+            continue
+        values: dict[str, str] = {}
+        for key, value in (doc.get("data") or {}).items():
+            values[key] = base64.b64decode(str(value)).decode()
+        values.update({k: str(v) for k, v in (doc.get("stringData") or {}).items()})
+        return {k: v for k, v in values.items() if k in _AWS_KEYS}
+    return {}
+
+
+@contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def run_local_command(args: argparse.Namespace) -> int:
+    err = sys.stderr
+    try:
+        doc, others = load_manifest(args.file)
+        trainjob, meta = parse_trainjob(doc)
+        storage = local_storage(trainjob, args.storage_path, args.s3_endpoint, pathlib.Path.cwd())
+        document, notes = local_contract(
+            trainjob,
+            meta,
+            storage=storage,
+            workers=args.workers,
+            epochs=args.epochs,
+            new_run=args.new_run,
+        )
+    except LocalRunError as exc:
+        print(f"raytrain run: {exc}", file=err)
+        return 2
+    try:
+        from trainer_runtime.contract import ContractError, load_contract
+        from trainer_runtime.local import run_local
+    except ImportError as exc:
+        print(
+            f"raytrain run --local needs the trainer runtime's dependencies ({exc.name} is "
+            "missing); install them with: pip install 'raytrain-operator[runtime]'",
+            file=err,
+        )
+        return 2
+    try:
+        contract = load_contract(document)
+    except ContractError as exc:
+        print(f"raytrain run: {exc}", file=err)
+        return 2
+    env = {}
+    if storage["type"] == "s3":
+        # Credentials already in the environment win over the manifest's Secret.
+        env = {k: v for k, v in secret_env(trainjob, others).items() if k not in os.environ}
+    where = storage["path"] + (f" at {storage['endpoint']}" if storage.get("endpoint") else "")
+    if not args.quiet:
+        print(f"TrainJob {meta.namespace}/{meta.name}: run {contract.run_name}", file=err)
+        print(f"  checkpoints: {where}", file=err)
+        for note in notes:
+            print(f"  note: {note}", file=err)
+    with _environment(env):
+        return run_local(contract, display=not args.quiet, ray_logs=args.ray_logs)

@@ -1,0 +1,160 @@
+"""`raytrain run --local`: manifest loading, the contract it renders, and its error messages.
+
+The training itself runs in tests/runtime/test_cli_run_local.py; here nothing starts Ray.
+"""
+
+from __future__ import annotations
+
+import base64
+import pathlib
+
+import pytest
+
+from raytrain_operator.cli import local, main
+from trainer_runtime.contract import load_contract
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DIGITS = ROOT / "examples" / "digits.yaml"
+DIGITS_S3 = ROOT / "examples" / "digits-s3.yaml"
+DIGITS_PVC = ROOT / "examples" / "digits-pvc.yaml"
+
+
+def _parsed(path: pathlib.Path) -> tuple[local.TrainJob, local.Meta, list[dict[str, object]]]:
+    doc, others = local.load_manifest(str(path))
+    trainjob, meta = local.parse_trainjob(doc)
+    return trainjob, meta, others
+
+
+def test_load_manifest_finds_the_trainjob_among_other_objects() -> None:
+    doc, others = local.load_manifest(str(DIGITS))
+    assert doc["kind"] == "TrainJob"
+    assert [o["kind"] for o in others] == ["Secret"]
+
+
+def test_a_manifest_without_a_trainjob_says_what_to_pass(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cm.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    with pytest.raises(local.LocalRunError, match=r"no document with apiVersion: raytrain\.dev"):
+        local.load_manifest(str(path))
+
+
+def test_missing_file_and_bad_yaml_are_named(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(local.LocalRunError, match="cannot read the manifest"):
+        local.load_manifest(str(tmp_path / "nope.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: [unclosed\n")
+    with pytest.raises(local.LocalRunError, match="not valid YAML"):
+        local.load_manifest(str(bad))
+
+
+def test_an_invalid_spec_names_every_broken_field(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "apiVersion: raytrain.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: x}\n"
+        "spec:\n  image: img\n  entrypoint: m:f\n  scaling: {numWorkers: 0}\n"
+        "  storage: {pvc: {claimName: c}}\n  bogus: 1\n"
+    )
+    doc, _ = local.load_manifest(str(path))
+    with pytest.raises(local.LocalRunError) as info:
+        local.parse_trainjob(doc)
+    text = str(info.value)
+    assert "spec.scaling.numWorkers" in text
+    assert "spec.bogus" in text
+
+
+def test_the_local_uid_is_stable_unless_a_new_run_is_asked_for() -> None:
+    _, meta, _ = _parsed(DIGITS)
+    assert local.local_uid(meta, new_run=False) == local.local_uid(meta, new_run=False)
+    assert local.local_uid(meta, new_run=True) != local.local_uid(meta, new_run=False)
+
+
+def test_default_storage_is_a_local_directory(tmp_path: pathlib.Path) -> None:
+    trainjob, _, _ = _parsed(DIGITS)
+    storage = local.local_storage(trainjob, None, None, tmp_path)
+    assert storage == {"type": "pvc", "path": str(tmp_path / ".raytrain" / "storage")}
+    assert (tmp_path / ".raytrain" / "storage").is_dir()
+
+
+def test_an_s3_endpoint_keeps_the_manifests_bucket_and_region(tmp_path: pathlib.Path) -> None:
+    trainjob, _, _ = _parsed(DIGITS)
+    storage = local.local_storage(trainjob, None, "http://127.0.0.1:9000", tmp_path)
+    assert storage == {
+        "type": "s3",
+        "path": "s3://raytrain/checkpoints",
+        "endpoint": "http://127.0.0.1:9000",
+        "region": "us-east-1",
+    }
+
+
+def test_an_s3_endpoint_for_a_pvc_job_needs_a_storage_path(tmp_path: pathlib.Path) -> None:
+    trainjob, _, _ = _parsed(DIGITS_PVC)
+    with pytest.raises(local.LocalRunError, match="--storage-path s3://"):
+        local.local_storage(trainjob, None, "http://127.0.0.1:9000", tmp_path)
+    storage = local.local_storage(trainjob, "s3://b/p", "http://127.0.0.1:9000", tmp_path)
+    assert storage["path"] == "s3://b/p"
+
+
+def test_a_storage_path_that_is_neither_is_refused(tmp_path: pathlib.Path) -> None:
+    trainjob, _, _ = _parsed(DIGITS)
+    with pytest.raises(local.LocalRunError, match="neither a directory nor s3://"):
+        local.local_storage(trainjob, "gs://bucket/x", None, tmp_path)
+
+
+def test_the_local_contract_runs_on_cpus_and_parses_in_the_runtime(tmp_path: pathlib.Path) -> None:
+    trainjob, meta, _ = _parsed(DIGITS_S3)  # GPUs, an accelerator type, nccl
+    storage = local.local_storage(trainjob, None, None, tmp_path)
+    document, notes = local.local_contract(trainjob, meta, storage=storage, workers=2, epochs=3)
+    contract = load_contract(document)
+    assert contract.scaling.use_gpu is False
+    assert contract.scaling.accelerator_type is None
+    assert set(contract.scaling.resources_per_worker) == {"CPU"}
+    assert contract.scaling.num_workers == 2
+    assert contract.torch.backend == "gloo"
+    assert contract.config["epochs"] == 3
+    assert contract.storage.type == "pvc"
+    assert contract.report.enabled is False
+    assert any("GPU" in note for note in notes)
+
+
+def test_two_local_runs_of_one_manifest_share_a_run_name(tmp_path: pathlib.Path) -> None:
+    trainjob, meta, _ = _parsed(DIGITS)
+    storage = local.local_storage(trainjob, None, None, tmp_path)
+    first, _ = local.local_contract(trainjob, meta, storage=storage)
+    again, _ = local.local_contract(trainjob, meta, storage=storage)
+    fresh, _ = local.local_contract(trainjob, meta, storage=storage, new_run=True)
+    assert first["runName"] == again["runName"]
+    assert fresh["runName"] != first["runName"]
+
+
+def test_bad_overrides_are_named(tmp_path: pathlib.Path) -> None:
+    trainjob, meta, _ = _parsed(DIGITS)
+    storage = local.local_storage(trainjob, None, None, tmp_path)
+    with pytest.raises(local.LocalRunError, match="--workers: must be at least 1"):
+        local.local_contract(trainjob, meta, storage=storage, workers=0)
+    with pytest.raises(local.LocalRunError, match="--epochs: must be at least 1"):
+        local.local_contract(trainjob, meta, storage=storage, epochs=0)
+
+
+def test_credentials_come_from_the_manifests_secret() -> None:
+    trainjob, _, others = _parsed(DIGITS)
+    assert local.secret_env(trainjob, others) == {
+        "AWS_ACCESS_KEY_ID": "raytrain",
+        "AWS_SECRET_ACCESS_KEY": "raytrain-secret",
+    }
+    encoded = [
+        {
+            "kind": "Secret",
+            "metadata": {"name": "digits-s3"},
+            "data": {"AWS_ACCESS_KEY_ID": base64.b64encode(b"k").decode(), "OTHER": "eA=="},
+        }
+    ]
+    assert local.secret_env(trainjob, encoded) == {"AWS_ACCESS_KEY_ID": "k"}
+
+
+def test_the_command_exits_2_with_the_message(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("---\n")
+    assert main(["run", str(path), "--local"]) == 2
+    assert "raytrain run:" in capsys.readouterr().err
