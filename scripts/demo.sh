@@ -14,7 +14,8 @@
 #      checkpoints are listed from the bucket.
 #
 # Environment: DEMO_NAMESPACE (default raytrain-demo), DEMO_EPOCHS (default: the example's),
-# DEMO_KEEP=1 keeps MinIO and the operator running at the end. The cluster stays up either way
+# DEMO_KEEP=1 keeps MinIO and the operator running at the end, DEMO_KUBECONFIG uses a running
+# cluster of this kind instead of starting one. The cluster stays up either way
 # (`make cluster-down` stops it).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,9 +42,13 @@ if ! compgen -G "$RAYTRAIN_CACHE/minio-*/minio" >/dev/null; then
   echo "MinIO (the S3 endpoint) is built from Go modules too: about 5 more minutes the first time."
 fi
 
-say "Starting the local control plane"
-kubeconfig="$(bash e2e/controlplane/cluster.sh up | sed -n 's/^KUBECONFIG=//p' | tail -n 1)"
-[[ -n "$kubeconfig" ]] || die "cluster.sh up did not print a kubeconfig"
+if [[ -n "${DEMO_KUBECONFIG:-}" ]]; then
+  kubeconfig="$DEMO_KUBECONFIG"
+else
+  say "Starting the local control plane"
+  kubeconfig="$(bash e2e/controlplane/cluster.sh up | sed -n 's/^KUBECONFIG=//p' | tail -n 1)"
+  [[ -n "$kubeconfig" ]] || die "cluster.sh up did not print a kubeconfig"
+fi
 export KUBECONFIG="$kubeconfig"
 KUBECTL="$(bindir k8s)/kubectl"
 kc() { "$KUBECTL" "$@"; }
@@ -117,7 +122,8 @@ kc get -n "$NS" rayjobs,rayclusters
 kc get -n "$NS" pods -o wide
 
 say "kubectl get rtj digits -w   (training runs below; its log: $work/harness.log)"
-kc get -n "$NS" rtj digits -w &
+# Started directly (not through kc) so that $! is kubectl itself and the kill below reaches it.
+"$KUBECTL" get -n "$NS" rtj digits -w &
 watch_pid=$!
 
 # The head pod's entrypoint, run here with the pod's environment and service account.
@@ -149,7 +155,8 @@ checkpoints: dict[str, int] = {}
 for page in s3.get_paginator("list_objects_v2").paginate(Bucket="raytrain", Prefix="checkpoints/"):
     for obj in page.get("Contents", []):
         parts = obj["Key"].split("/")
-        dirs = [i for i, p in enumerate(parts) if p.startswith("checkpoint_")]
+        # A checkpoint is a directory checkpoint_<time>/ (files beside them are Ray's index).
+        dirs = [i for i, p in enumerate(parts[:-1]) if p.startswith("checkpoint_")]
         if dirs:
             prefix = "/".join(parts[: dirs[0] + 1])
             checkpoints[prefix] = checkpoints.get(prefix, 0) + obj["Size"]

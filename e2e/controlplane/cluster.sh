@@ -131,6 +131,54 @@ componentsPatches:
 EOF
 }
 
+# KWOK's default stages, except that the KubeRay job submitter's pod is not completed.
+#
+# kwokctl's defaults complete every Job-owned pod the moment it runs. For KubeRay's submitter
+# Job that is wrong: the real submitter runs `ray job submit` and follows the job's log until the
+# Ray job ends. A fake one that exits at once makes KubeRay fail the RayJob 30 s later ("the
+# submitter finished but the ray job did not reach terminal state"), whatever the training does.
+# So the pod-complete stage gets one more selector term, and the submitter stays Running like a
+# real one. The stage files come from the kwok module that build.sh built from; any Stage in the
+# config replaces all of kwokctl's defaults, so all five go in.
+KWOK_STAGE_FILES=(
+  node/fast/node-initialize.yaml
+  node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+  pod/fast/pod-ready.yaml
+  pod/fast/pod-complete.yaml
+  pod/fast/pod-delete.yaml
+)
+
+kwok_stages() {
+  local dir="$(bindir kwok)/stages" src f
+  if [ ! -f "$dir/pod/fast/pod-complete.yaml" ]; then
+    src="$(cd "$HERE/kwok" && GOTOOLCHAIN=local GOFLAGS=-mod=mod \
+      go mod download -json "$KWOK_MODULE@$KWOK_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    [ -n "$src" ] && [ -d "$src/kustomize/stage" ] ||
+      die "cannot find the stage files of $KWOK_MODULE@$KWOK_VERSION in the Go module cache"
+    for f in "${KWOK_STAGE_FILES[@]}"; do
+      mkdir -p "$(dirname "$dir/$f")"
+      cp "$src/kustomize/stage/$f" "$dir/$f"
+      chmod u+w "$dir/$f"
+    done
+  fi
+  for f in "${KWOK_STAGE_FILES[@]}"; do
+    echo "---"
+    if [ "$f" = pod/fast/pod-complete.yaml ]; then
+      # After the "owned by a Job" term of the selector: "and not KubeRay's submitter".
+      awk '{ print }
+        /^      - .Job.$/ && !done {
+          print "    - key: \x27.spec.containers.[].name\x27"
+          print "      operator: \x27NotIn\x27"
+          print "      values:"
+          print "      - \x27ray-job-submitter\x27"
+          done = 1
+        }' "$dir/$f"
+    else
+      cat "$dir/$f"
+    fi
+  done
+}
+
 gpu_nodes() {
   local i name
   for ((i = 0; i < NODES; i++)); do
@@ -226,6 +274,9 @@ cmd_up() {
         </dev/null >>"$KWOKCTL_LOG" 2>&1 || true
     fi
     write_kwokctl_config
+    kwok_stages >>"$STATE/kwokctl.yaml"
+    grep -q "ray-job-submitter" "$STATE/kwokctl.yaml" ||
+      die "could not add the submitter exception to KWOK's pod-complete stage"
     rm -f "$KUBECONFIG_PATH"
     t0=$SECONDS
     log "starting etcd $ETCD_VERSION, Kubernetes $K8S_VERSION, kwok $KWOK_VERSION (binary runtime)"
