@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from raytrain_operator.api import v1alpha1 as api
+from raytrain_operator.builders.pods import HEAD_CONTAINER
 from raytrain_operator.cli import render
 
 console = Console()
@@ -253,12 +254,12 @@ def logs(args: argparse.Namespace) -> int:
     pod = pods[0].metadata.name
     if args.follow:
         stream = watch.Watch().stream(
-            core.read_namespaced_pod_log, pod, namespace, container="ray-head", tail_lines=None
+            core.read_namespaced_pod_log, pod, namespace, container=HEAD_CONTAINER, tail_lines=None
         )
         for line in stream:
             print(line)
         return 0
-    kwargs: dict[str, Any] = {"container": "ray-head"}
+    kwargs: dict[str, Any] = {"container": HEAD_CONTAINER}
     if args.tail >= 0:
         kwargs["tail_lines"] = args.tail
     print(core.read_namespaced_pod_log(pod, namespace, **kwargs), end="")
