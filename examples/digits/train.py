@@ -4,7 +4,8 @@ Written the way any Ray Train user writes one: ``prepare_model`` for DDP, ``prep
 for the distributed sampler, ``ray.train.report`` every epoch with a checkpoint from rank 0 only,
 and resume from ``ray.train.get_checkpoint()``. Config keys: ``epochs``, ``lr``, ``batch_size``,
 ``hidden``, ``seed``; ``fail_at_epoch`` + ``fail_marker`` make one worker die once at that epoch
-(a test of recovery: the marker file records that it happened).
+(a test of recovery: the marker file records that it happened), after ``fail_after_fraction``
+of the epoch's batches (default 0: before the first one).
 """
 
 from __future__ import annotations
@@ -68,12 +69,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
     rank = ray.train.get_context().get_world_rank()
     for epoch in range(start_epoch, epochs):
-        _maybe_fail(config, epoch, rank)
         if ray.train.get_context().get_world_size() > 1:
             train_loader.sampler.set_epoch(epoch)
         model.train()
         total, count = 0.0, 0
-        for xb, yb in train_loader:
+        for batch, (xb, yb) in enumerate(train_loader):
+            _maybe_fail(config, epoch, batch / len(train_loader), rank)
             optimizer.zero_grad()
             loss = loss_fn(model(xb), yb)
             loss.backward()
@@ -108,11 +109,15 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             ray.train.report(metrics)
 
 
-def _maybe_fail(config: dict[str, Any], epoch: int, rank: int) -> None:
-    """Die once (the process, not just the function) at ``fail_at_epoch`` on the last rank."""
+def _maybe_fail(config: dict[str, Any], epoch: int, done: float, rank: int) -> None:
+    """Die once (the process, not just the function) on the last rank at ``fail_at_epoch``, once
+    ``done`` (the fraction of the epoch's batches already trained) reaches ``fail_after_fraction``.
+    """
     fail_at = config.get("fail_at_epoch")
     marker = config.get("fail_marker")
     if fail_at is None or marker is None or epoch != int(fail_at):
+        return
+    if done < float(config.get("fail_after_fraction", 0.0)):
         return
     if rank != ray.train.get_context().get_world_size() - 1 or os.path.exists(marker):
         return
