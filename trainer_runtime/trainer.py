@@ -13,6 +13,7 @@ single ``Reporter``, so there is one writer even when the controller is restarte
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import traceback
 from collections.abc import Callable
@@ -210,6 +211,21 @@ def _drain(queue: Any, reporter: Reporter, stop: threading.Event) -> None:
         reporter.tick()
 
 
+#: How often Ray Train's controller polls the workers, unless the pod's environment says.
+#: A report (and its checkpoint) counts only once polled, and each worker holds one unpolled
+#: report: a worker that dies between a checkpoint and the next poll takes that checkpoint's
+#: registration with it, so the work lost is up to one checkpoint interval plus one poll. Ray's
+#: default poll is 2 s; at 0.5 s the extra loss shrinks with it (benchmarks/recovery.py).
+POLL_INTERVAL_S = "0.5"
+
+
+def set_poll_interval() -> None:
+    from ray.train.v2._internal.constants import HEALTH_CHECK_INTERVAL_S_ENV_VAR
+
+    # Ray Train hands this variable from the driver to its controller.
+    os.environ.setdefault(HEALTH_CHECK_INTERVAL_S_ENV_VAR, POLL_INTERVAL_S)
+
+
 def run_training(contract: Contract, reporter: Reporter) -> int:
     """Run the contract on the Ray cluster ``ray.init`` connected to; return the exit code.
 
@@ -218,6 +234,7 @@ def run_training(contract: Contract, reporter: Reporter) -> int:
     reporter.start()
     try:
         _require_train_v2()
+        set_poll_interval()
         train_fn = load_entrypoint(contract.entrypoint)
         target = storage_target(contract.storage)
     except (EntrypointError, RuntimeError, OSError, ValueError) as exc:
