@@ -18,6 +18,7 @@ from raytrain_operator import metrics
 
 T = TypeVar("T")
 RAY_GROUP, RAY_VERSION, RAYJOBS = "ray.io", "v1", "rayjobs"
+RAYCLUSTERS = "rayclusters"
 
 
 @functools.lru_cache(maxsize=1)

@@ -313,6 +313,18 @@ def test_trainjob_becomes_a_running_rayjob_on_gpu_nodes(
         c["observedGeneration"] == tj["metadata"]["generation"] for c in status["conditions"]
     )
     assert "Reconciling" not in {c["type"] for c in status["conditions"]}
+    # Worker counts come from the RayCluster itself: under KWOK, KubeRay never reaches a Ray
+    # dashboard and stops refreshing the RayJob's copy of them.
+    wait_for(
+        lambda: (
+            (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})
+            .get("status", {})
+            .get("workers")
+            == {"desired": 2, "ready": 2}
+        ),
+        T_KUBERAY,
+        "status.workers 2/2 ready",
+    )
     kube_cluster.kubectl(
         "wait",
         "--for=condition=Running",

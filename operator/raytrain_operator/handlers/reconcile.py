@@ -56,17 +56,39 @@ def lookup_rayjob(index: Any, namespace: str, name: str) -> dict[str, Any] | Non
     return k8s.get_rayjob(namespace, name)
 
 
+def with_cluster_workers(rayjob: dict[str, Any], index: Any) -> dict[str, Any]:
+    """The RayJob with its cluster's worker counts taken from the RayCluster itself.
+
+    The RayJob's `status.rayClusterStatus` is KubeRay's copy, refreshed only when KubeRay reaches
+    the Ray dashboard; the RayCluster's own status is current.
+    """
+    if index is None:
+        return rayjob
+    meta = rayjob.get("metadata") or {}
+    status = dict(rayjob.get("status") or {})
+    for entry in index.get((meta.get("namespace"), meta.get("name")), ()):
+        if status.get("rayClusterName") not in (None, entry["name"]):
+            continue
+        cluster = dict(status.get("rayClusterStatus") or {})
+        for key in ("desiredWorkerReplicas", "readyWorkerReplicas"):
+            if entry.get(key) is not None:
+                cluster[key] = entry[key]
+        return {**rayjob, "status": {**status, "rayClusterStatus": cluster}}
+    return rayjob
+
+
 def reconcile(
     handler: str,
     body: kopf.Body,
     patch: kopf.Patch,
     logger: Logger,
     rayjob_index: Any = None,
+    raycluster_index: Any = None,
 ) -> machine.Plan:
     started = time.monotonic()
     result = "error"
     try:
-        plan = _reconcile(body, patch, logger, rayjob_index)
+        plan = _reconcile(body, patch, logger, rayjob_index, raycluster_index)
         result = plan.phase.lower() if plan.phase == machine.STALLED else "ok"
         return plan
     except kopf.TemporaryError:
@@ -78,7 +100,7 @@ def reconcile(
 
 
 def _reconcile(
-    body: kopf.Body, patch: kopf.Patch, logger: Logger, rayjob_index: Any
+    body: kopf.Body, patch: kopf.Patch, logger: Logger, rayjob_index: Any, raycluster_index: Any
 ) -> machine.Plan:
     meta = Meta.from_metadata(body["metadata"])
     status: dict[str, Any] = dict(body.get("status") or {})
@@ -90,6 +112,8 @@ def _reconcile(
     if not machine.is_terminal(status) and trainjob is not None and spec_problem is None:
         attempt = int(status.get("attempt") or 0)
         rayjob = lookup_rayjob(rayjob_index, meta.namespace, rayjob_name(meta.name, attempt))
+        if rayjob is not None:
+            rayjob = with_cluster_workers(rayjob, raycluster_index)
         if machine.needs_preflight(status, rayjob):
             problem = preflight.check(trainjob, meta)
 

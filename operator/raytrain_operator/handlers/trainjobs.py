@@ -35,9 +35,10 @@ def on_create(
     patch: kopf.Patch,
     logger: kopf.Logger,
     rayjobs: kopf.Index[Any, Any] | None = None,
+    rayclusters: kopf.Index[Any, Any] | None = None,
     **_: Any,
 ) -> None:
-    _retry_if_stalled(reconcile("create", body, patch, logger, rayjobs))
+    _retry_if_stalled(reconcile("create", body, patch, logger, rayjobs, rayclusters))
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, id="resume")
@@ -46,9 +47,10 @@ def on_resume(
     patch: kopf.Patch,
     logger: kopf.Logger,
     rayjobs: kopf.Index[Any, Any] | None = None,
+    rayclusters: kopf.Index[Any, Any] | None = None,
     **_: Any,
 ) -> None:
-    _retry_if_stalled(reconcile("resume", body, patch, logger, rayjobs))
+    _retry_if_stalled(reconcile("resume", body, patch, logger, rayjobs, rayclusters))
 
 
 @kopf.on.update(GROUP, VERSION, PLURAL, id="update", field="spec")
@@ -57,9 +59,10 @@ def on_update(
     patch: kopf.Patch,
     logger: kopf.Logger,
     rayjobs: kopf.Index[Any, Any] | None = None,
+    rayclusters: kopf.Index[Any, Any] | None = None,
     **_: Any,
 ) -> None:
-    _retry_if_stalled(reconcile("update", body, patch, logger, rayjobs))
+    _retry_if_stalled(reconcile("update", body, patch, logger, rayjobs, rayclusters))
 
 
 @kopf.timer(
@@ -75,9 +78,10 @@ def resync(
     patch: kopf.Patch,
     logger: kopf.Logger,
     rayjobs: kopf.Index[Any, Any] | None = None,
+    rayclusters: kopf.Index[Any, Any] | None = None,
     **_: Any,
 ) -> None:
-    reconcile("resync", body, patch, logger, rayjobs)
+    reconcile("resync", body, patch, logger, rayjobs, rayclusters)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="delete", optional=True)
