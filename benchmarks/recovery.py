@@ -32,10 +32,11 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _contract import local_contract_doc
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,38 +52,6 @@ class StampedTransport:
 
     def read_trainjob(self) -> None:
         return None
-
-
-def contract_doc(config: dict[str, Any], storage: str, max_failures: int) -> dict[str, Any]:
-    return {
-        "contractVersion": 1,
-        "trainJob": {
-            "apiVersion": "raytrain.dev/v1alpha1",
-            "namespace": "bench",
-            "name": "digits",
-            "uid": str(uuid.uuid4()),
-        },
-        "runName": f"digits-{uuid.uuid4().hex[:12]}",
-        "attempt": 0,
-        "entrypoint": "examples.digits.train:train_loop_per_worker",
-        "config": config,
-        "scaling": {
-            "numWorkers": 2,
-            "minWorkers": None,
-            "maxWorkers": None,
-            "useGpu": False,
-            "resourcesPerWorker": {"CPU": 1.0},
-            "placementStrategy": "PACK",
-            "acceleratorType": None,
-        },
-        "torch": {"backend": "gloo", "timeoutSeconds": 300},
-        "storage": {"type": "pvc", "path": storage},
-        "checkpoint": {"numToKeep": None, "scoreAttribute": None, "scoreOrder": None},
-        "failure": {"maxFailures": max_failures},
-        "datasets": {},
-        "tune": None,
-        "report": {"enabled": True, "minIntervalSeconds": 0},
-    }
 
 
 def reports(sink: StampedTransport) -> list[tuple[int, float, dict[str, Any]]]:
@@ -124,7 +93,12 @@ def run(config: dict[str, Any], storage: Path, max_failures: int) -> Run:
     from trainer_runtime.local import run_local
 
     sink = StampedTransport()
-    doc = contract_doc(config, str(storage), max_failures)
+    doc = local_contract_doc(
+        "examples.digits.train:train_loop_per_worker",
+        config,
+        str(storage),
+        max_failures=max_failures,
+    )
     started = time.time()
     code = run_local(load_contract(doc), display=False, transport=sink, min_interval=0)
     wall = time.time() - started

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _contract import local_contract_doc
+
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve()
 
@@ -112,30 +114,13 @@ def run_ours(epochs: int, samples: int) -> list[float]:
     from trainer_runtime.reporter import RecordingTransport
 
     store = tempfile.mkdtemp(prefix="bench-store-")
-    doc = {
-        "contractVersion": 1,
-        "trainJob": {"namespace": "bench", "name": "bench", "uid": "0"},
-        "runName": f"bench-{int(time.time())}",
-        "attempt": 0,
-        "entrypoint": f"{HERE.relative_to(REPO)}:ray_loop",
-        "config": {"epochs": epochs, "samples": samples},
-        "scaling": {
-            "numWorkers": 2,
-            "minWorkers": None,
-            "maxWorkers": None,
-            "useGpu": False,
-            "resourcesPerWorker": {"CPU": 1.0},
-            "placementStrategy": "PACK",
-            "acceleratorType": None,
-        },
-        "torch": {"backend": "gloo", "timeoutSeconds": 600},
-        "storage": {"type": "pvc", "path": store},
-        "checkpoint": {"numToKeep": None, "scoreAttribute": None, "scoreOrder": None},
-        "failure": {"maxFailures": 0},
-        "datasets": {},
-        "tune": None,
-        "report": {"enabled": False, "minIntervalSeconds": 0},
-    }
+    doc = local_contract_doc(
+        f"{HERE.relative_to(REPO)}:ray_loop",
+        {"epochs": epochs, "samples": samples},
+        store,
+        timeout_seconds=600,
+        report=False,
+    )
     sink = RecordingTransport()
     os.chdir(REPO)
     code = run_local(load_contract(doc), display=False, transport=sink, min_interval=0)

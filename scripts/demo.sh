@@ -35,11 +35,12 @@ command -v go >/dev/null ||
 
 if ! bash e2e/controlplane/build.sh --check >/dev/null 2>&1; then
   say "First run: building Kubernetes 1.36, etcd, KWOK and KubeRay from Go modules"
-  echo "This takes 12 to 25 minutes on 2 cores and about 4 GB of module downloads; it is cached"
-  echo "under $CONTROLPLANE_CACHE and later runs start the cluster in about 15 seconds."
+  echo "This takes 10 minutes on 2 idle cores (up to 25 on a busy machine), module downloads"
+  echo "included; it is cached under $CONTROLPLANE_CACHE and later runs start the cluster in"
+  echo "about 15 seconds."
 fi
 if ! compgen -G "$RAYTRAIN_CACHE/minio-*/minio" >/dev/null; then
-  echo "MinIO (the S3 endpoint) is built from Go modules too: about 5 more minutes the first time."
+  echo "MinIO (the S3 endpoint) is built from Go modules too: 2 to 5 more minutes the first time."
 fi
 
 if [[ -n "${DEMO_KUBECONFIG:-}" ]]; then

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import os
 import pathlib
 import sys
@@ -133,14 +134,7 @@ def local_contract(
 ) -> tuple[dict[str, Any], list[str]]:
     """The contract document for a local run, and notes on what was changed for this machine."""
     notes: list[str] = []
-    uid_meta = Meta(
-        name=meta.name,
-        namespace=meta.namespace,
-        uid=local_uid(meta, new_run=new_run),
-        generation=meta.generation,
-        labels=meta.labels,
-        annotations=meta.annotations,
-    )
+    uid_meta = dataclasses.replace(meta, uid=local_uid(meta, new_run=new_run))
     document = render_contract(trainjob, uid_meta, attempt=0)
     scaling = document["scaling"]
     resources = dict(scaling["resourcesPerWorker"])
