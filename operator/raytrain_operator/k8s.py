@@ -1,8 +1,9 @@
-"""Thin helpers over the Kubernetes API: create-or-read, get-or-none, delete-if-present.
+"""Thin helpers over the Kubernetes API: create, server-side apply, get-or-none, delete-if-present.
 
-All calls go through `call`, which counts failures by verb and resource for the metrics;
-404 on read/delete and 409 on create are answers, not errors. Secret values are never logged:
-the only thing read from a Secret is the list of its keys.
+Every write names our field manager (`raytrain-operator`), so an object's managedFields show
+what the operator owns. All calls go through `call`, which counts failures by verb and resource
+for the metrics; 404 on read/delete and 409 on create are answers, not errors. Secret values
+are never logged: the only thing read from a Secret is the list of its keys.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from raytrain_operator import metrics
 T = TypeVar("T")
 RAY_GROUP, RAY_VERSION, RAYJOBS = "ray.io", "v1", "rayjobs"
 RAYCLUSTERS = "rayclusters"
+#: Our name in every object's managedFields: server-side apply tracks what we own under it.
+FIELD_MANAGER = "raytrain-operator"
+APPLY_PATCH = "application/apply-patch+yaml"
 
 
 @functools.lru_cache(maxsize=1)
@@ -87,41 +91,59 @@ def get(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     return None if obj is None else _sanitize(obj)
 
 
-def create_or_get(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """Create a child; if it exists already (409) read it back. Returns (object, created)."""
+def create(body: dict[str, Any]) -> dict[str, Any] | None:
+    """Create a child as our field manager; None when its name is taken (409)."""
     kind = body["kind"]
     namespace = body["metadata"]["namespace"]
-    name = body["metadata"]["name"]
     if kind == "RayJob":
         created = call(
             "create",
             RAYJOBS,
             lambda: custom().create_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, body
+                RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, body, field_manager=FIELD_MANAGER
             ),
             ok=(409,),
         )
     else:
         api, resource, suffix = _api_for(kind)
         fn = getattr(api, f"create_namespaced_{suffix}")
-        created = call("create", resource, lambda: fn(namespace, body), ok=(409,))
-    if created is not None:
-        return _sanitize(created), True
-    existing = get(kind, namespace, name)
-    if existing is None:  # deleted between our create and read: the next pass creates it
-        raise kubernetes.client.exceptions.ApiException(
-            status=409, reason=f"{kind} {namespace}/{name} is being deleted; retrying"
+        created = call(
+            "create",
+            resource,
+            lambda: fn(namespace, body, field_manager=FIELD_MANAGER),
+            ok=(409,),
         )
-    return existing, False
+    return None if created is None else _sanitize(created)
 
 
-def patch(kind: str, namespace: str, name: str, body: dict[str, Any]) -> None:
+def apply(body: dict[str, Any]) -> dict[str, Any]:
+    """Server-side apply of a whole child as `raytrain-operator`, forcing conflicts.
+
+    The body is the complete configuration we want: the API server sets every field in it,
+    takes over fields another manager changed (force), and drops fields we applied before and
+    no longer send. Callers apply only objects they own: apply would adopt anything.
+    """
+    kind = body["kind"]
+    namespace = body["metadata"]["namespace"]
+    name = body["metadata"]["name"]
+    options: dict[str, Any] = {
+        "field_manager": FIELD_MANAGER,
+        "force": True,
+        "_content_type": APPLY_PATCH,
+    }
     if kind == "RayJob":
-        patch_rayjob(namespace, name, body)
-        return
-    api, resource, suffix = _api_for(kind)
-    fn = getattr(api, f"patch_namespaced_{suffix}")
-    call("patch", resource, lambda: fn(name, namespace, body))
+        result = call(
+            "apply",
+            RAYJOBS,
+            lambda: custom().patch_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, name, body, **options
+            ),
+        )
+    else:
+        api, resource, suffix = _api_for(kind)
+        fn = getattr(api, f"patch_namespaced_{suffix}")
+        result = call("apply", resource, lambda: fn(name, namespace, body, **options))
+    return _sanitize(result)
 
 
 def delete(kind: str, namespace: str, name: str) -> None:
@@ -153,7 +175,7 @@ def patch_rayjob(namespace: str, name: str, body: dict[str, Any]) -> None:
         "patch",
         RAYJOBS,
         lambda: custom().patch_namespaced_custom_object(
-            RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, name, body
+            RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, name, body, field_manager=FIELD_MANAGER
         ),
         ok=(404,),
     )

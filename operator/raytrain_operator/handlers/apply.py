@@ -1,7 +1,12 @@
 """Carry out a Plan's actions on the children, idempotently.
 
-Every create tolerates "already exists" by reading the object back; every delete tolerates
-"not found". A child that exists under our name but belongs to another owner is never touched.
+A child is created with a plain create when its name is free, which is the usual case and
+costs one request. When the name is taken, the object is read: if it carries this TrainJob's
+ownerReference it is ours (made by an earlier pass, or before a restart) and is brought in line
+with a server-side apply of the whole child, which corrects drift on every field we set. An
+object without our ownerReference belongs to someone else and is never touched: applying it
+would adopt it, because server-side apply reports a conflict only for fields that both
+managers set, and a foreign ConfigMap's keys need not overlap ours. Deletes tolerate "not found".
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 
 import kopf
 
+from raytrain_contract.timefmt import parse_rfc3339
 from raytrain_operator import k8s, metrics
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import build_contract_configmap
@@ -39,20 +45,19 @@ def _owned(obj: Mapping[str, Any], meta: Meta) -> bool:
     return any(r.get("uid") == meta.uid for r in refs)
 
 
-def _ensure(body: dict[str, Any], meta: Meta, *, update: tuple[str, ...] = ()) -> bool:
-    """Create a child or find it; bring the `update` top-level fields in line. True if created."""
-    obj, created = k8s.create_or_get(body)
-    if created:
+def _ensure(body: dict[str, Any], meta: Meta) -> bool:
+    """Create a child, or apply it over the one we own already. True if created."""
+    if k8s.create(body) is not None:
         return True
     kind, name = body["kind"], body["metadata"]["name"]
-    if not _owned(obj, meta):
+    existing = k8s.get(kind, meta.namespace, name)
+    # None: deleted between the create and the read; the apply creates it again.
+    if existing is not None and not _owned(existing, meta):
         raise Conflict(
             f"a {kind} named {name} exists in namespace {meta.namespace} but does not belong "
             f"to this TrainJob (uid {meta.uid}); delete that {kind} or rename the TrainJob"
         )
-    changes = {key: body[key] for key in update if obj.get(key) != body[key]}
-    if changes:
-        k8s.patch(kind, meta.namespace, name, changes)
+    k8s.apply(body)
     return False
 
 
@@ -63,13 +68,13 @@ def ensure_children(
     creation_timestamp: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> None:
-    _ensure(build_contract_configmap(trainjob, meta, action.attempt), meta, update=("data",))
+    _ensure(build_contract_configmap(trainjob, meta, action.attempt), meta)
     for obj in build_rbac(trainjob, meta):
-        _ensure(obj, meta, update=("subjects",) if obj["kind"] == "RoleBinding" else ())
+        _ensure(obj, meta)
     rayjob = build_rayjob(trainjob, meta, action.attempt, suspend=action.suspend)
     if _ensure(rayjob, meta):
         logger.info(f"Created RayJob {rayjob['metadata']['name']} (attempt {action.attempt}).")
-        created = machine.parse_time(creation_timestamp)
+        created = parse_rfc3339(creation_timestamp)
         if created is not None and action.attempt == 0:
             elapsed = (machine.now_utc() - created).total_seconds()
             metrics.RAYJOB_CREATION_SECONDS.observe(max(elapsed, 0.0))

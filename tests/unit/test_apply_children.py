@@ -1,0 +1,230 @@
+"""Children are created once, applied server-side when they are ours, and never taken over.
+
+`FakeServer` stands in for the API server behind `k8s.create/get/apply`; the last test checks
+the requests `k8s.apply` and `k8s.create` really send, against a recording HTTP server on
+loopback.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import kubernetes
+import pytest
+from _factories import UID, meta, trainjob
+
+from raytrain_operator import k8s
+from raytrain_operator.handlers import apply
+from raytrain_operator.status.machine import EnsureChildren
+
+LOG = logging.getLogger("test")
+
+
+class FakeServer:
+    """Objects by (kind, name); applies merge the body in, as server-side apply would."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.calls: list[tuple[str, str, str]] = []
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        key = (body["kind"], body["metadata"]["name"])
+        self.calls.append(("create", *key))
+        if key in self.objects:
+            return None
+        self.objects[key] = copy.deepcopy(body)
+        return self.objects[key]
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append(("get", kind, name))
+        return copy.deepcopy(self.objects.get((kind, name)))
+
+    def apply(self, body: dict[str, Any]) -> dict[str, Any]:
+        key = (body["kind"], body["metadata"]["name"])
+        self.calls.append(("apply", *key))
+        self.objects[key] = copy.deepcopy(body)
+        return self.objects[key]
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> FakeServer:
+    fake = FakeServer()
+    monkeypatch.setattr(k8s, "create", fake.create)
+    monkeypatch.setattr(k8s, "get", fake.get)
+    monkeypatch.setattr(k8s, "apply", fake.apply)
+    return fake
+
+
+def ensure(attempt: int = 0, **spec: Any) -> None:
+    apply.ensure_children(trainjob(**spec), meta(), EnsureChildren(attempt, False), None, LOG)
+
+
+CHILDREN = [
+    ("ConfigMap", "digits-contract"),
+    ("ServiceAccount", "digits-runtime"),
+    ("Role", "digits-runtime"),
+    ("RoleBinding", "digits-runtime"),
+    ("RayJob", "digits-0"),
+]
+
+
+def test_fresh_children_cost_one_create_each(server: FakeServer) -> None:
+    ensure()
+    assert server.calls == [("create", kind, name) for kind, name in CHILDREN]
+
+
+def test_existing_children_we_own_are_applied_whole(server: FakeServer) -> None:
+    ensure()
+    wanted = copy.deepcopy(server.objects)
+    # Someone edits our children by hand: every field we set comes back, not a per-kind list.
+    server.objects[("ConfigMap", "digits-contract")]["data"] = {"contract.json": "{}"}
+    server.objects[("RoleBinding", "digits-runtime")]["subjects"] = []
+    server.objects[("Role", "digits-runtime")]["rules"] = []
+    server.objects[("RayJob", "digits-0")]["spec"]["entrypoint"] = "sh -c 'echo hijacked'"
+    server.calls.clear()
+    ensure()
+    assert server.calls == [
+        call
+        for kind, name in CHILDREN
+        for call in [("create", kind, name), ("get", kind, name), ("apply", kind, name)]
+    ]
+    assert server.objects == wanted
+
+
+def test_a_foreign_object_is_a_conflict_and_left_alone(server: FakeServer) -> None:
+    foreign = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "digits-contract", "namespace": "team-a"},
+        "data": {"mine": "yes"},
+    }
+    server.objects[("ConfigMap", "digits-contract")] = copy.deepcopy(foreign)
+    with pytest.raises(apply.Conflict, match="ConfigMap named digits-contract") as exc:
+        ensure()
+    assert "delete that ConfigMap or rename the TrainJob" in str(exc.value)
+    assert server.objects[("ConfigMap", "digits-contract")] == foreign
+    assert not [c for c in server.calls if c[0] == "apply"]
+
+
+def test_an_object_owned_by_another_trainjob_is_not_adopted(server: FakeServer) -> None:
+    other = {
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": "digits-runtime",
+            "namespace": "team-a",
+            "ownerReferences": [{"kind": "TrainJob", "name": "digits", "uid": "another-uid"}],
+        },
+    }
+    server.objects[("ServiceAccount", "digits-runtime")] = copy.deepcopy(other)
+    with pytest.raises(apply.Conflict):
+        ensure()
+    assert server.objects[("ServiceAccount", "digits-runtime")] == other
+
+
+def test_an_object_that_vanished_after_the_create_is_applied(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(k8s, "create", lambda body: None)  # "exists"... then gone on read
+    ensure()
+    assert [c[0] for c in server.calls] == ["get", "apply"] * len(CHILDREN)
+    assert server.objects[("RayJob", "digits-0")]["metadata"]["ownerReferences"][0]["uid"] == UID
+
+
+# ------------------------------------------------------------- the requests on the wire
+
+
+class Recorder(BaseHTTPRequestHandler):
+    requests: list[dict[str, Any]] = []
+    taken = False  # answer creates with 409 AlreadyExists
+
+    def _answer(self, status: int) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        url = urlsplit(self.path)
+        Recorder.requests.append(
+            {
+                "method": self.command,
+                "path": url.path,
+                "query": parse_qs(url.query),
+                "content_type": self.headers.get("Content-Type"),
+                "body": body,
+            }
+        )
+        out = json.dumps(body if status < 400 else {"kind": "Status", "code": status}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def do_PATCH(self) -> None:
+        self._answer(200)
+
+    def do_POST(self) -> None:
+        self._answer(409 if Recorder.taken else 201)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+    Recorder.requests = []
+    Recorder.taken = False
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    config = kubernetes.client.Configuration()
+    config.host = f"http://127.0.0.1:{httpd.server_address[1]}"
+    monkeypatch.setattr(k8s, "client", lambda: kubernetes.client.ApiClient(config))
+    try:
+        yield Recorder.requests
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "path"),
+    [
+        ("ConfigMap", "/api/v1/namespaces/team-a/configmaps/x"),
+        ("ServiceAccount", "/api/v1/namespaces/team-a/serviceaccounts/x"),
+        ("Role", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles/x"),
+        ("RoleBinding", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings/x"),
+        ("RayJob", "/apis/ray.io/v1/namespaces/team-a/rayjobs/x"),
+    ],
+)
+def test_apply_is_a_forced_server_side_apply_as_our_field_manager(
+    recorder: list[dict[str, Any]], kind: str, path: str
+) -> None:
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": kind,
+        "metadata": {"name": "x", "namespace": "team-a"},
+    }
+    if kind == "RoleBinding":  # the typed client refuses an answer without it
+        body["roleRef"] = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"}
+    k8s.apply(body)
+    (request,) = recorder
+    assert request["method"] == "PATCH"
+    assert request["path"] == path
+    assert request["content_type"] == "application/apply-patch+yaml"
+    assert request["query"]["fieldManager"] == ["raytrain-operator"]
+    assert [v.lower() for v in request["query"]["force"]] == ["true"]
+    assert request["body"] == body
+
+
+def test_create_names_our_field_manager(recorder: list[dict[str, Any]]) -> None:
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "n"}}
+    assert k8s.create(body) == body
+    assert recorder[0]["method"] == "POST"
+    assert recorder[0]["query"]["fieldManager"] == ["raytrain-operator"]
+    recorder.clear()
+    Recorder.taken = True
+    assert k8s.create(body) is None
