@@ -16,6 +16,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from raytrain_operator import metrics
+from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 
 T = TypeVar("T")
 RAY_GROUP, RAY_VERSION, RAYJOBS = "ray.io", "v1", "rayjobs"
@@ -207,6 +208,38 @@ def list_rayjob_names(namespace: str, label_selector: str) -> list[str]:
     )
     items = (result or {}).get("items") or []
     return [str(item["metadata"]["name"]) for item in items]
+
+
+# ------------------------------------------------------------------------------------ TrainJobs
+
+
+def remove_trainjob_finalizer(
+    namespace: str, name: str, finalizers: list[str], finalizer: str
+) -> bool:
+    """Remove one finalizer from a TrainJob; False when the object changed or is gone.
+
+    A JSON patch that first tests the entry: a merge patch would rewrite the whole list and
+    could drop a finalizer another controller added meanwhile.
+    """
+    index = finalizers.index(finalizer)
+    path = f"/metadata/finalizers/{index}"
+    ops = [{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]
+    result = call(
+        "patch",
+        PLURAL,
+        lambda: custom().patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            ops,
+            field_manager=FIELD_MANAGER,
+            _content_type="application/json-patch+json",
+        ),
+        ok=(404, 409, 422),
+    )
+    return result is not None
 
 
 # ------------------------------------------------------------------------------ preflight reads

@@ -1,7 +1,10 @@
 """Operator configuration: command-line/environment options and kopf's settings.
 
-kopf keeps its bookkeeping under our own prefix (`raytrain.dev/...`), in annotations only: the
-TrainJob's status schema is strict, so nothing may be stored there but what we write on purpose.
+kopf keeps its bookkeeping (finalizer, handler progress, the last handled spec) in annotations
+under its own prefix, `kopf.raytrain.dev/`: `raytrain.dev/` is the API's label and annotation
+vocabulary, and the TrainJob's status schema is strict, so nothing may be stored there but what
+we write on purpose. Releases before 0.2 used `raytrain.dev/` for both; objects they handled
+are read through the old keys once and the old keys removed (`LEGACY_*`, handlers/legacy.py).
 Watch timeouts are explicit because a watch that silently stops delivering events is the known
 production failure of kopf operators.
 """
@@ -10,12 +13,43 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import kopf
 
-PREFIX = "raytrain.dev"
-FINALIZER = f"{PREFIX}/finalizer"
+KOPF_PREFIX = "kopf.raytrain.dev"
+FINALIZER = f"{KOPF_PREFIX}/finalizer"
+DIFFBASE_KEY = "last-handled-configuration"
+
+#: What releases before 0.2 wrote under the API's own prefix.
+LEGACY_PREFIX = "raytrain.dev"
+LEGACY_FINALIZER = f"{LEGACY_PREFIX}/finalizer"
+#: kopf's keys there: the diff base, its marker, and one progress record per handler id.
+LEGACY_ANNOTATIONS = frozenset(
+    f"{LEGACY_PREFIX}/{key}"
+    for key in (
+        DIFFBASE_KEY,
+        "kopf-managed",
+        "touch-dummy",
+        "create",
+        "resume",
+        "update",
+        "resync",
+        "delete",
+    )
+)
+
+#: Seconds the API server keeps one watch request open before it ends it. Each new request
+#: re-establishes the stream, so a stream stuck somewhere between us and etcd lives at most
+#: this long even if bookmarks were to keep arriving.
+WATCH_SERVER_TIMEOUT = 300
+#: The client's own limit on one watch request: a little over the server's, so it fires only
+#: when the server's end never arrives (a half-open connection).
+WATCH_CLIENT_TIMEOUT = WATCH_SERVER_TIMEOUT + 30
+#: Connecting to the API server; a failed connect is retried at once by kopf.
+WATCH_CONNECT_TIMEOUT = 10
 
 
 def _env_float(name: str, default: float) -> float:
@@ -47,16 +81,45 @@ class OperatorConfig:
 CONFIG = OperatorConfig()
 
 
+class _DiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff base under our kopf prefix, read from the pre-0.2 key when that is all there is.
+
+    Only what handlers react to is kept: annotations are left out (our own `raytrain.dev/`
+    annotations change during a run and no handler reacts to them; each change would otherwise
+    cost a patch, and the copy counts against the 256 KiB annotation limit).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(
+            prefix=KOPF_PREFIX, key=DIFFBASE_KEY, ignored_fields=["metadata.annotations"]
+        )
+        self._legacy = kopf.AnnotationsDiffBaseStorage(prefix=LEGACY_PREFIX, key=DIFFBASE_KEY)
+
+    def fetch(self, *, body: kopf.Body) -> Any:
+        # An upgraded operator then sees its TrainJobs as resumed, not as newly created.
+        return super().fetch(body=body) or self._legacy.fetch(body=body)
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        super().store(body=body, patch=patch, essence=essence)
+        for key in legacy_annotations(body.metadata.annotations):
+            patch.metadata.annotations[key] = None
+
+
+def legacy_annotations(annotations: Iterable[str]) -> list[str]:
+    """The pre-0.2 kopf bookkeeping keys among an object's annotations."""
+    return sorted(key for key in annotations if key in LEGACY_ANNOTATIONS)
+
+
 def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=PREFIX, key="last-handled-configuration"
-    )
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
-    settings.watching.connect_timeout = 10
-    settings.watching.inactivity_timeout = 600
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+    settings.persistence.diffbase_storage = _DiffBase()
+    # inactivity_timeout stays at kopf's default (70 s): the API server sends a bookmark every
+    # minute and keeps 75 s of events, so a stream silent for longer is dead and is reopened
+    # while the events it missed can still be replayed.
+    settings.watching.server_timeout = WATCH_SERVER_TIMEOUT
+    settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT
+    settings.watching.connect_timeout = WATCH_CONNECT_TIMEOUT
     settings.execution.executor = concurrent.futures.ThreadPoolExecutor(
         max_workers=config.workers, thread_name_prefix="raytrain"
     )

@@ -8,17 +8,13 @@ loopback.
 from __future__ import annotations
 
 import copy
-import json
 import logging
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-import kubernetes
+import _fake_api
 import pytest
 from _factories import UID, meta, trainjob
+from _fake_api import recorder
 
 from raytrain_operator import k8s
 from raytrain_operator.handlers import apply
@@ -138,56 +134,7 @@ def test_an_object_that_vanished_after_the_create_is_applied(
 
 # ------------------------------------------------------------- the requests on the wire
 
-
-class Recorder(BaseHTTPRequestHandler):
-    requests: list[dict[str, Any]] = []
-    taken = False  # answer creates with 409 AlreadyExists
-
-    def _answer(self, status: int) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length) or b"{}")
-        url = urlsplit(self.path)
-        Recorder.requests.append(
-            {
-                "method": self.command,
-                "path": url.path,
-                "query": parse_qs(url.query),
-                "content_type": self.headers.get("Content-Type"),
-                "body": body,
-            }
-        )
-        out = json.dumps(body if status < 400 else {"kind": "Status", "code": status}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def do_PATCH(self) -> None:
-        self._answer(200)
-
-    def do_POST(self) -> None:
-        self._answer(409 if Recorder.taken else 201)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def recorder(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
-    Recorder.requests = []
-    Recorder.taken = False
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    config = kubernetes.client.Configuration()
-    config.host = f"http://127.0.0.1:{httpd.server_address[1]}"
-    monkeypatch.setattr(k8s, "client", lambda: kubernetes.client.ApiClient(config))
-    try:
-        yield Recorder.requests
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+__all__ = ["recorder"]  # the fixture
 
 
 @pytest.mark.parametrize(
@@ -226,5 +173,5 @@ def test_create_names_our_field_manager(recorder: list[dict[str, Any]]) -> None:
     assert recorder[0]["method"] == "POST"
     assert recorder[0]["query"]["fieldManager"] == ["raytrain-operator"]
     recorder.clear()
-    Recorder.taken = True
+    _fake_api.Recorder.taken = True
     assert k8s.create(body) is None

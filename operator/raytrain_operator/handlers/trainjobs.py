@@ -3,8 +3,8 @@
 Every handler runs the same level-triggered reconcile pass; they differ only in what wakes them
 up. Children are owned by the TrainJob (ownerReferences), so deleting it lets Kubernetes'
 garbage collector remove them and the delete handler has nothing to clean up. kopf still puts
-its finalizer (`raytrain.dev/finalizer`) on every TrainJob because of the resync timer, which it
-stops before letting the object go.
+its finalizer (`kopf.raytrain.dev/finalizer`, settings.FINALIZER) on every TrainJob because of
+the resync timer, which it stops before letting the object go.
 """
 
 from __future__ import annotations
@@ -30,31 +30,10 @@ def _retry_if_stalled(plan: machine.Plan) -> None:
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL, id="create")
-def on_create(
-    body: kopf.Body,
-    patch: kopf.Patch,
-    logger: kopf.Logger,
-    rayjobs: kopf.Index[Any, Any] | None = None,
-    rayclusters: kopf.Index[Any, Any] | None = None,
-    **_: Any,
-) -> None:
-    _retry_if_stalled(reconcile("create", body, patch, logger, rayjobs, rayclusters))
-
-
 @kopf.on.resume(GROUP, VERSION, PLURAL, id="resume")
-def on_resume(
-    body: kopf.Body,
-    patch: kopf.Patch,
-    logger: kopf.Logger,
-    rayjobs: kopf.Index[Any, Any] | None = None,
-    rayclusters: kopf.Index[Any, Any] | None = None,
-    **_: Any,
-) -> None:
-    _retry_if_stalled(reconcile("resume", body, patch, logger, rayjobs, rayclusters))
-
-
 @kopf.on.update(GROUP, VERSION, PLURAL, id="update", field="spec")
-def on_update(
+def on_change(
+    reason: str,
     body: kopf.Body,
     patch: kopf.Patch,
     logger: kopf.Logger,
@@ -62,7 +41,13 @@ def on_update(
     rayclusters: kopf.Index[Any, Any] | None = None,
     **_: Any,
 ) -> None:
-    _retry_if_stalled(reconcile("update", body, patch, logger, rayjobs, rayclusters))
+    """Creation, a spec change and the operator's start: one pass, labelled by what woke it.
+
+    The ids stay those of the three handlers this replaced: kopf stores handler progress under
+    them, so a retry that was under way at an upgrade carries on.
+    """
+    handler = kopf.Reason(reason).value
+    _retry_if_stalled(reconcile(handler, body, patch, logger, rayjobs, rayclusters))
 
 
 @kopf.timer(

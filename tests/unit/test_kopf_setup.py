@@ -1,0 +1,208 @@
+"""kopf as we run it: its settings, where its bookkeeping lives, how objects from the previous
+layout are carried over, and which handlers are registered."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import kopf
+import pytest
+from _fake_api import recorder
+
+from raytrain_operator import k8s, settings
+from raytrain_operator.handlers import legacy, trainjobs
+
+__all__ = ["recorder"]  # the fixture
+
+LOG = logging.getLogger("test")
+
+
+@pytest.fixture
+def configured() -> kopf.OperatorSettings:
+    ours = kopf.OperatorSettings()
+    settings.configure_kopf(ours, settings.OperatorConfig())
+    return ours
+
+
+def body(annotations: dict[str, str] | None = None, **metadata: Any) -> kopf.Body:
+    return kopf.Body(
+        {
+            "apiVersion": "raytrain.dev/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {
+                "name": "digits",
+                "namespace": "team-a",
+                "annotations": annotations or {},
+                **metadata,
+            },
+            "spec": {"image": "img", "scaling": {"numWorkers": 2}},
+        }
+    )
+
+
+def test_finalizer_is_under_kopfs_own_prefix(configured: kopf.OperatorSettings) -> None:
+    assert configured.persistence.finalizer == "kopf.raytrain.dev/finalizer"
+    assert settings.FINALIZER == "kopf.raytrain.dev/finalizer"
+    assert settings.LEGACY_FINALIZER == "raytrain.dev/finalizer"
+
+
+def test_watch_timeouts(configured: kopf.OperatorSettings) -> None:
+    watching = configured.watching
+    assert (watching.server_timeout, watching.client_timeout, watching.connect_timeout) == (
+        300,
+        330,
+        10,
+    )
+    # Not overridden: kopf's default fits the API server's 60 s bookmarks and 75 s event cache,
+    # and it must fire before the server ends a quiet request, or it never fires at all.
+    assert watching.inactivity_timeout == kopf.OperatorSettings().watching.inactivity_timeout
+    assert watching.server_timeout is not None
+    assert watching.inactivity_timeout < 75 < watching.server_timeout
+
+
+def test_kopf_writes_nothing_under_the_api_prefix(configured: kopf.OperatorSettings) -> None:
+    patch = kopf.Patch()
+    obj = body()
+    persistence = configured.persistence
+    persistence.progress_storage.store(
+        key=kopf.HandlerId("create"), record={"started": "now", "retries": 1}, body=obj, patch=patch
+    )
+    persistence.progress_storage.touch(body=obj, patch=patch, value="x")
+    essence = persistence.diffbase_storage.build(body=obj)
+    persistence.diffbase_storage.store(body=obj, patch=patch, essence=essence)
+    keys = set(patch["metadata"]["annotations"])
+    assert keys == {
+        "kopf.raytrain.dev/create",
+        "kopf.raytrain.dev/touch-dummy",
+        "kopf.raytrain.dev/last-handled-configuration",
+    }
+
+
+def test_diff_base_keeps_the_spec_and_leaves_annotations_out(
+    configured: kopf.OperatorSettings,
+) -> None:
+    obj = body({"raytrain.dev/checkpoint-requested": "2026-11-23T10:00:00Z"}, labels={"a": "b"})
+    essence = configured.persistence.diffbase_storage.build(body=obj)
+    assert essence == {"metadata": {"labels": {"a": "b"}}, "spec": dict(obj["spec"])}
+
+
+def test_an_object_from_the_old_layout_is_read_and_cleaned(
+    configured: kopf.OperatorSettings,
+) -> None:
+    old_essence = {"spec": {"image": "img", "scaling": {"numWorkers": 2}}}
+    obj = body(
+        {
+            "raytrain.dev/last-handled-configuration": json.dumps(old_essence),
+            "raytrain.dev/kopf-managed": "yes",
+            "raytrain.dev/create": '{"retries": 2}',
+            "raytrain.dev/checkpoint-requested": "2026-11-23T10:00:00Z",
+        }
+    )
+    diffbase = configured.persistence.diffbase_storage
+    # Read through the old key: the upgraded operator resumes the object, it does not re-create.
+    assert diffbase.fetch(body=obj) == old_essence
+    patch = kopf.Patch()
+    diffbase.store(body=obj, patch=patch, essence=diffbase.build(body=obj))
+    annotations = patch["metadata"]["annotations"]
+    assert annotations["raytrain.dev/last-handled-configuration"] is None
+    assert annotations["raytrain.dev/kopf-managed"] is None
+    assert annotations["raytrain.dev/create"] is None
+    # Our own vocabulary is left alone.
+    assert "raytrain.dev/checkpoint-requested" not in annotations
+    assert json.loads(annotations["kopf.raytrain.dev/last-handled-configuration"]) == {
+        "spec": old_essence["spec"]
+    }
+
+
+def test_the_new_key_wins_over_the_old(configured: kopf.OperatorSettings) -> None:
+    obj = body(
+        {
+            "raytrain.dev/last-handled-configuration": json.dumps({"spec": {"old": 1}}),
+            "kopf.raytrain.dev/last-handled-configuration": json.dumps({"spec": {"new": 1}}),
+        }
+    )
+    assert configured.persistence.diffbase_storage.fetch(body=obj) == {"spec": {"new": 1}}
+
+
+# -------------------------------------------------------------------------- registrations
+
+
+def _changing(registry: Any) -> dict[str, Any]:
+    return {h.id: h for h in registry._changing.get_all_handlers()}
+
+
+def test_one_function_handles_create_resume_and_spec_updates() -> None:
+    handlers = _changing(kopf.get_default_registry())
+    mine = {hid: h for hid, h in handlers.items() if h.fn is trainjobs.on_change}
+    assert sorted(mine) == ["create", "resume", "update/spec"]
+    assert mine["update/spec"].field == ("spec",)
+    assert [h.reason for h in mine.values()].count(None) == 1  # resume: any initial cause
+
+
+def test_the_handler_labels_its_pass_with_what_woke_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+
+    def fake_reconcile(handler: str, *args: Any) -> Any:
+        seen.append(handler)
+        return type("Plan", (), {"phase": "Running"})()
+
+    monkeypatch.setattr(trainjobs, "reconcile", fake_reconcile)
+    for reason in (kopf.Reason.CREATE, kopf.Reason.RESUME, kopf.Reason.UPDATE):
+        trainjobs.on_change(reason=reason, body=body(), patch=kopf.Patch(), logger=LOG)
+    assert seen == ["create", "resume", "update"]
+
+
+# ------------------------------------------------------------------- the old finalizer
+
+
+def test_the_old_finalizer_is_removed_with_a_guarded_json_patch(
+    recorder: list[dict[str, Any]],
+) -> None:
+    finalizers = ["example.com/other", "raytrain.dev/finalizer", "kopf.raytrain.dev/finalizer"]
+    assert k8s.remove_trainjob_finalizer("team-a", "digits", finalizers, "raytrain.dev/finalizer")
+    (request,) = recorder
+    assert request["method"] == "PATCH"
+    assert request["path"] == "/apis/raytrain.dev/v1alpha1/namespaces/team-a/trainjobs/digits"
+    assert request["content_type"] == "application/json-patch+json"
+    assert request["body"] == [
+        {"op": "test", "path": "/metadata/finalizers/1", "value": "raytrain.dev/finalizer"},
+        {"op": "remove", "path": "/metadata/finalizers/1"},
+    ]
+
+
+def test_a_changed_object_is_left_for_its_next_event(recorder: list[dict[str, Any]]) -> None:
+    import _fake_api
+
+    _fake_api.Recorder.patch_status = 422  # the test op failed: the list moved meanwhile
+    assert not k8s.remove_trainjob_finalizer(
+        "team-a", "digits", ["raytrain.dev/finalizer"], "raytrain.dev/finalizer"
+    )
+
+
+def test_the_event_handler_drops_only_the_old_finalizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    removed: list[tuple[str, str, list[str], str]] = []
+    monkeypatch.setattr(
+        k8s,
+        "remove_trainjob_finalizer",
+        lambda *args: removed.append(args) or True,
+    )
+    finalizers = ["raytrain.dev/finalizer", "kopf.raytrain.dev/finalizer"]
+    meta = body(finalizers=finalizers, deletionTimestamp="2026-11-23T10:00:00Z").meta
+    assert legacy._carries_legacy_finalizer(meta=meta)
+    legacy.drop_legacy_finalizer(
+        type="MODIFIED", namespace="team-a", name="digits", meta=meta, logger=LOG
+    )
+    assert removed == [("team-a", "digits", finalizers, "raytrain.dev/finalizer")]
+    current = body(finalizers=["kopf.raytrain.dev/finalizer"]).meta
+    assert not legacy._carries_legacy_finalizer(meta=current)
+
+
+def test_the_event_handler_is_registered_for_trainjobs() -> None:
+    registry = kopf.get_default_registry()
+    (handler,) = [
+        h for h in registry._watching.get_all_handlers() if h.fn is legacy.drop_legacy_finalizer
+    ]
+    assert handler.id == "legacy-finalizer"
+    assert handler.when is legacy._carries_legacy_finalizer
