@@ -5,6 +5,17 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from raytrain_contract import (
+    Contract,
+    FailureSettings,
+    PvcStorage,
+    ReportSettings,
+    Scaling,
+    TorchSettings,
+    TrainJobRef,
+    dump_contract,
+)
+
 
 def local_contract_doc(
     entrypoint: str,
@@ -15,33 +26,16 @@ def local_contract_doc(
     timeout_seconds: int = 300,
     report: bool = True,
 ) -> dict[str, Any]:
-    """A version-1 contract (docs/runtime-contract.md) with a fresh run name."""
-    return {
-        "contractVersion": 1,
-        "trainJob": {
-            "apiVersion": "raytrain.dev/v1alpha1",
-            "namespace": "bench",
-            "name": "bench",
-            "uid": str(uuid.uuid4()),
-        },
-        "runName": f"bench-{uuid.uuid4().hex[:12]}",
-        "attempt": 0,
-        "entrypoint": entrypoint,
-        "config": config,
-        "scaling": {
-            "numWorkers": 2,
-            "minWorkers": None,
-            "maxWorkers": None,
-            "useGpu": False,
-            "resourcesPerWorker": {"CPU": 1.0},
-            "placementStrategy": "PACK",
-            "acceleratorType": None,
-        },
-        "torch": {"backend": "gloo", "timeoutSeconds": timeout_seconds},
-        "storage": {"type": "pvc", "path": store},
-        "checkpoint": {"numToKeep": None, "scoreAttribute": None, "scoreOrder": None},
-        "failure": {"maxFailures": max_failures},
-        "datasets": {},
-        "tune": None,
-        "report": {"enabled": report, "minIntervalSeconds": 0},
-    }
+    """A contract document (built with the contract model) with a fresh run name."""
+    contract = Contract(
+        train_job=TrainJobRef(namespace="bench", name="bench", uid=str(uuid.uuid4())),
+        run_name=f"bench-{uuid.uuid4().hex[:12]}",
+        entrypoint=entrypoint,
+        config=config,
+        scaling=Scaling(num_workers=2, resources_per_worker={"CPU": 1.0}),
+        torch=TorchSettings(backend="gloo", timeout_seconds=timeout_seconds),
+        storage=PvcStorage(path=store),
+        failure=FailureSettings(max_failures=max_failures),
+        report=ReportSettings(enabled=report, min_interval_seconds=0),
+    )
+    return dump_contract(contract)

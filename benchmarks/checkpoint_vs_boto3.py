@@ -74,7 +74,7 @@ def main() -> None:
         _upload_to_fs_path,
     )
 
-    from trainer_runtime.contract import Storage
+    from raytrain_contract import S3Storage
     from trainer_runtime.storage import storage_target
 
     work = Path(tempfile.mkdtemp(prefix="ckpt-bench-"))
@@ -92,7 +92,7 @@ def main() -> None:
             (src / f"shard_{i}.bin").write_bytes(os.urandom(per_file))
         total_mb = per_file * args.files / 2**20
 
-        target = storage_target(Storage(type="s3", path="s3://bench/ours", endpoint=endpoint,
+        target = storage_target(S3Storage(path="s3://bench/ours", endpoint=endpoint,
                                         region="us-east-1"))  # fmt: skip
         results: dict[str, list[float]] = {
             k: [] for k in ("ours_up", "ours_down", "b3_up", "b3_down")

@@ -89,7 +89,7 @@ class Run:
 
 
 def run(config: dict[str, Any], storage: Path, max_failures: int) -> Run:
-    from trainer_runtime.contract import load_contract
+    from raytrain_contract import load_contract
     from trainer_runtime.local import run_local
 
     sink = StampedTransport()

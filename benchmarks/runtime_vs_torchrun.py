@@ -109,7 +109,7 @@ def run_torchrun(epochs: int, samples: int) -> list[float]:
 
 
 def run_ours(epochs: int, samples: int) -> list[float]:
-    from trainer_runtime.contract import load_contract
+    from raytrain_contract import load_contract
     from trainer_runtime.local import run_local
     from trainer_runtime.reporter import RecordingTransport
 

@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from trainer_runtime.contract import ContractError, read_contract
+from raytrain_contract import ContractError, read_contract
 
 DEFAULT_CONTRACT = "/etc/raytrain/contract.json"
 

@@ -13,8 +13,8 @@ import math
 import os
 import sys
 
+from raytrain_contract import Contract
 from trainer_runtime.console import ConsoleTransport
-from trainer_runtime.contract import Contract
 from trainer_runtime.reporter import Transport
 from trainer_runtime.trainer import reporter_for, run_training
 

@@ -19,8 +19,10 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Protocol
+
+from raytrain_contract import DEFAULT_REPORT_MIN_INTERVAL_SECONDS
+from raytrain_contract.timefmt import parse_rfc3339, rfc3339
 
 log = logging.getLogger("trainer_runtime.reporter")
 
@@ -118,17 +120,6 @@ def format_metrics(metrics: Mapping[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def rfc3339(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(text: str) -> float | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except (TypeError, ValueError):
-        return None
-
-
 @dataclass
 class ReportState:
     """Everything the status shows, as last observed."""
@@ -188,7 +179,7 @@ class Reporter:
         *,
         attempt: int = 0,
         epochs: int | None = None,
-        min_interval: float = 5.0,
+        min_interval: float = DEFAULT_REPORT_MIN_INTERVAL_SECONDS,
         score_attribute: str | None = None,
         score_order: str | None = None,
         clock: Callable[[], float] = time.time,
@@ -321,7 +312,8 @@ class Reporter:
         requested = annotations.get(CHECKPOINT_REQUEST_ANNOTATION)
         if not requested or requested == self._request_done:
             return
-        when = parse_rfc3339(requested)
+        requested_at = parse_rfc3339(requested)
+        when = requested_at.timestamp() if requested_at else None
         if when is None:
             log.warning(
                 "ignoring %s=%r: not an RFC 3339 time", CHECKPOINT_REQUEST_ANNOTATION, requested

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-from trainer_runtime.contract import Storage
+from raytrain_contract import Storage
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from trainer_runtime.contract import Contract
+from raytrain_contract import Contract
 from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
 from trainer_runtime.reporter import FAILED, SUCCEEDED, Reporter, total_epochs
 from trainer_runtime.storage import StorageTarget, resolve_uri, storage_target

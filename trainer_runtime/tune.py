@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainer_runtime.contract import ContractError, TuneSettings
+from raytrain_contract import ContractError, TuneSettings
 
 TRIAL_DRIVER_CPU = 0.01
 

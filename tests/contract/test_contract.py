@@ -1,7 +1,7 @@
 """The operator renders the runtime contract; the runtime parses it: every field round-trips.
 
-Rendered with the operator's public `render_contract`, parsed with the runtime's
-`trainer_runtime.contract.load_contract`, for every example TrainJob and for generated ones.
+Rendered with the operator's public `render_contract`, parsed with `raytrain_contract.load_contract`
+(the model both sides share), for every example TrainJob and for generated ones.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import raytrain_contract as contract
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import build_contract_configmap, render_contract
 from raytrain_operator.builders.meta import Meta
-
-contract = pytest.importorskip("trainer_runtime.contract")
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 UID = "5f0c2a7e-91b3-4c1d-8e2f-0123456789ab"

@@ -25,6 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
+
+from raytrain_contract import (
+    CheckpointSettings,
+    Contract,
+    FailureSettings,
+    ReportSettings,
+    Scaling,
+    Storage,
+    TorchSettings,
+    TrainJobRef,
+    dump_contract,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 ACCESS_KEY, SECRET_KEY, REGION = "raytrain", "raytrain-secret", "us-east-1"
@@ -199,35 +212,22 @@ def make_contract_doc(
     max_failures: int = 0,
     min_interval: float = 0.0,
 ) -> dict[str, Any]:
-    return {
-        "contractVersion": 1,
-        "trainJob": {
-            "apiVersion": "raytrain.dev/v1alpha1",
-            "namespace": "team-a",
-            "name": "digits",
-            "uid": "5f0c2a7e-91b3-4c1d-9e0f-123456789abc",
-        },
-        "runName": run_name or f"digits-{uuid.uuid4().hex[:12]}",
-        "attempt": 0,
-        "entrypoint": entrypoint,
-        "config": config if config is not None else {"epochs": 3, "lr": 0.1},
-        "scaling": {
-            "numWorkers": 2,
-            "minWorkers": None,
-            "maxWorkers": None,
-            "useGpu": False,
-            "resourcesPerWorker": {"CPU": 1.0},
-            "placementStrategy": "PACK",
-            "acceleratorType": None,
-        },
-        "torch": {"backend": "gloo", "timeoutSeconds": 300},
-        "storage": storage,
-        "checkpoint": {"numToKeep": num_to_keep, "scoreAttribute": None, "scoreOrder": None},
-        "failure": {"maxFailures": max_failures},
-        "datasets": {},
-        "tune": None,
-        "report": {"enabled": True, "minIntervalSeconds": min_interval},
-    }
+    """A contract document built with the contract model, as the operator builds one."""
+    contract = Contract(
+        train_job=TrainJobRef(
+            namespace="team-a", name="digits", uid="5f0c2a7e-91b3-4c1d-9e0f-123456789abc"
+        ),
+        run_name=run_name or f"digits-{uuid.uuid4().hex[:12]}",
+        entrypoint=entrypoint,
+        config=config if config is not None else {"epochs": 3, "lr": 0.1},
+        scaling=Scaling(num_workers=2, resources_per_worker={"CPU": 1.0}),
+        torch=TorchSettings(backend="gloo", timeout_seconds=300),
+        storage=TypeAdapter(Storage).validate_python(storage),
+        checkpoint=CheckpointSettings(num_to_keep=num_to_keep),
+        failure=FailureSettings(max_failures=max_failures),
+        report=ReportSettings(min_interval_seconds=min_interval),
+    )
+    return dump_contract(contract)
 
 
 @pytest.fixture

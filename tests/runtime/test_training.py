@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from trainer_runtime.contract import load_contract
+from raytrain_contract import load_contract
 from trainer_runtime.local import run_local
 from trainer_runtime.reporter import RecordingTransport
 

@@ -1,15 +1,12 @@
-"""Pure parts of the runtime: contract parsing, entrypoint import, throttle, progress, patches."""
+"""Pure parts of the runtime: entrypoint import, throttle, progress, status patches, Tune spaces."""
 
 from __future__ import annotations
 
-import copy
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from trainer_runtime.contract import ContractError, load_contract, read_contract
+from raytrain_contract import ContractError
 from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
 from trainer_runtime.reporter import (
     ProgressEstimator,
@@ -23,94 +20,12 @@ from trainer_runtime.reporter import (
 
 pytestmark = pytest.mark.runtime
 
-DOC_EXAMPLE: dict[str, Any] = {
-    "contractVersion": 1,
-    "trainJob": {"apiVersion": "raytrain.dev/v1alpha1", "namespace": "team-a", "name": "digits",
-                 "uid": "5f0c"},
-    "runName": "digits-5f0c2a7e91b3",
-    "attempt": 0,
-    "entrypoint": "examples.digits.train:train_loop_per_worker",
-    "config": {"epochs": 5, "lr": 0.05},
-    "scaling": {"numWorkers": 2, "minWorkers": None, "maxWorkers": None, "useGpu": False,
-                "resourcesPerWorker": {"CPU": 1.0}, "placementStrategy": "PACK",
-                "acceleratorType": None},
-    "torch": {"backend": "gloo", "timeoutSeconds": 1800},
-    "storage": {"type": "s3", "path": "s3://bucket/prefix", "endpoint": "http://127.0.0.1:9000",
-                "region": "us-east-1"},
-    "checkpoint": {"numToKeep": 2, "scoreAttribute": "accuracy", "scoreOrder": "max"},
-    "failure": {"maxFailures": 1},
-    "datasets": {"train": {"uri": "s3://bucket/data/", "format": "parquet", "split": True}},
-    "tune": None,
-    "report": {"enabled": True, "minIntervalSeconds": 5.0},
-}  # fmt: skip
-
-
 class FakeClock:
     def __init__(self, now: float = 1_000_000.0) -> None:
         self.now = now
 
     def __call__(self) -> float:
         return self.now
-
-
-# -- contract --------------------------------------------------------------------------------------
-
-
-def test_the_documented_example_parses() -> None:
-    c = load_contract(DOC_EXAMPLE)
-    assert c.run_name == "digits-5f0c2a7e91b3"
-    assert c.scaling.num_workers == 2 and not c.scaling.elastic
-    assert c.storage.type == "s3" and c.storage.endpoint == "http://127.0.0.1:9000"
-    assert c.checkpoint.num_to_keep == 2 and c.checkpoint.score_order == "max"
-    assert c.datasets["train"].format == "parquet" and c.datasets["train"].split
-    assert c.report.min_interval_seconds == 5.0
-    assert c.torch.backend == "gloo" and c.failure.max_failures == 1
-
-
-def test_read_contract_from_file(tmp_path: Path) -> None:
-    p = tmp_path / "contract.json"
-    p.write_text(json.dumps(DOC_EXAMPLE))
-    assert read_contract(p).train_job.name == "digits"
-
-
-def test_unknown_version_names_both_versions() -> None:
-    doc = {**DOC_EXAMPLE, "contractVersion": 7}
-    with pytest.raises(ContractError, match=r"version 1.*version 7"):
-        load_contract(doc)
-
-
-@pytest.mark.parametrize(
-    ("mutate", "match"),
-    [
-        (lambda d: d.update(surprise=1), r"unknown key.*surprise"),
-        (lambda d: d.pop("runName"), r"missing key.*runName"),
-        (lambda d: d["scaling"].update(numWorkers=None), r"numWorkers or both minWorkers"),
-        (lambda d: d["scaling"].update(placementStrategy="AROUND"), r"placementStrategy.*AROUND"),
-        (lambda d: d["storage"].update(path="bucket/prefix"), r"storage.path.*bucket/prefix"),
-        (lambda d: d["checkpoint"].update(scoreOrder="up"), r"checkpoint.scoreOrder.*'up'"),
-        (lambda d: d.update(entrypoint="no_colon"), r"entrypoint.*no_colon"),
-        (lambda d: d["datasets"]["train"].update(format="xls"), r"datasets.train.format.*xls"),
-    ],
-)
-def test_bad_documents_name_the_key_and_value(mutate: Any, match: str) -> None:
-    doc = copy.deepcopy(DOC_EXAMPLE)
-    mutate(doc)
-    with pytest.raises(ContractError, match=match):
-        load_contract(doc)
-
-
-def test_elastic_and_pvc_and_tune() -> None:
-    doc = copy.deepcopy(DOC_EXAMPLE)
-    doc["scaling"].update(numWorkers=None, minWorkers=1, maxWorkers=4)
-    doc["storage"] = {"type": "pvc", "path": "/mnt/raytrain/digits"}
-    doc["tune"] = {"paramSpace": {"lr": {"loguniform": [1e-4, 1e-1]}}, "numSamples": 4,
-                   "metric": "accuracy", "mode": "max", "maxConcurrentTrials": None,
-                   "scheduler": {"type": "ASHA", "maxT": 8, "gracePeriod": 1,
-                                 "reductionFactor": 2}}  # fmt: skip
-    c = load_contract(doc)
-    assert c.scaling.elastic and (c.scaling.min_workers, c.scaling.max_workers) == (1, 4)
-    assert c.storage.path == "/mnt/raytrain/digits"
-    assert c.tune is not None and c.tune.scheduler is not None and c.tune.scheduler.max_t == 8
 
 
 # -- entrypoint ------------------------------------------------------------------------------------

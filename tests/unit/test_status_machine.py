@@ -7,6 +7,7 @@ from typing import Any
 
 from _factories import manifest, meta
 
+from raytrain_contract.timefmt import rfc3339
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.meta import ANNOTATION_CHECKPOINT_REQUESTED
 from raytrain_operator.status import machine as m
@@ -16,7 +17,7 @@ NOW = datetime(2026, 11, 22, 8, 0, 0, tzinfo=timezone.utc)
 
 
 def ts(seconds: float = 0) -> str:
-    return m.rfc3339(NOW + timedelta(seconds=seconds))
+    return rfc3339(NOW + timedelta(seconds=seconds))
 
 
 def tj(**spec: Any) -> TrainJob:

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict, JsonValue
 
+from raytrain_contract import DEFAULT_TORCH_TIMEOUT_SECONDS
+
 GROUP = "raytrain.dev"
 VERSION = "v1alpha1"
 KIND = "TrainJob"
@@ -148,7 +150,7 @@ class TorchSpec(_Model):
 
     backend: TorchBackend | None = None
     """Collective backend: nccl or gloo. Default nccl with GPUs, gloo without."""
-    timeout_seconds: int = Field(default=1800, ge=1, le=86400)
+    timeout_seconds: int = Field(default=DEFAULT_TORCH_TIMEOUT_SECONDS, ge=1, le=86400)
     """Seconds to wait for the process group to form."""
 
 

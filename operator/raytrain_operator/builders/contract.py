@@ -1,25 +1,55 @@
-"""The runtime contract: the JSON document the trainer runtime reads (docs/runtime-contract.md).
+"""The runtime contract for one attempt of a TrainJob (docs/runtime-contract.md).
 
-`render_contract` is public and pure: the operator renders it into the `<name>-contract`
-ConfigMap, and the CLI's local mode renders the same document without a cluster.
+`build_contract` maps the TrainJob onto the `raytrain_contract` model that the runtime parses
+with; `render_contract` is its JSON document. Both are public and pure: the operator renders
+the document into the `<name>-contract` ConfigMap, and the CLI's local mode renders the same
+document without a cluster.
 """
 
 from __future__ import annotations
 
-import json
 import posixpath
 from typing import Any
 
+from raytrain_contract import (
+    CONTRACT_DIR,
+    CONTRACT_KEY,
+    CONTRACT_PATH,
+    CONTRACT_VERSION,
+    DEFAULT_TORCH_TIMEOUT_SECONDS,
+    CheckpointSettings,
+    Contract,
+    Dataset,
+    FailureSettings,
+    PvcStorage,
+    S3Storage,
+    Scaling,
+    Storage,
+    TorchSettings,
+    TrainJobRef,
+    TuneScheduler,
+    TuneSettings,
+    dump_contract,
+    to_json,
+)
 from raytrain_operator.api.v1alpha1 import API_VERSION, TrainJob, TrainJobSpec
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.meta import Meta, child_metadata
 from raytrain_operator.builders.names import contract_configmap_name, run_name
 
-CONTRACT_VERSION = 1
-CONTRACT_DIR = "/etc/raytrain"
-CONTRACT_KEY = "contract.json"
-CONTRACT_PATH = f"{CONTRACT_DIR}/{CONTRACT_KEY}"
-REPORT_MIN_INTERVAL_SECONDS = 5.0
+__all__ = [
+    "CONTRACT_DIR",
+    "CONTRACT_KEY",
+    "CONTRACT_PATH",
+    "CONTRACT_VERSION",
+    "build_contract",
+    "build_contract_configmap",
+    "gpus_per_worker",
+    "ray_resources_per_worker",
+    "render_contract",
+    "storage_of",
+    "torch_backend",
+]
 
 
 def gpus_per_worker(spec: TrainJobSpec) -> int:
@@ -55,90 +85,95 @@ def torch_backend(spec: TrainJobSpec) -> str:
     return "nccl" if gpus_per_worker(spec) > 0 else "gloo"
 
 
-def storage_section(spec: TrainJobSpec) -> dict[str, Any]:
+def storage_of(spec: TrainJobSpec) -> Storage:
+    """Where checkpoints go, as every pod sees it: the PVC's mount (plus subPath) or the S3 URI."""
     pvc, s3 = spec.storage.pvc, spec.storage.s3
     if pvc is not None:
         path = pvc.mount_path.rstrip("/") or "/"
         if pvc.sub_path:
             path = posixpath.join(path, pvc.sub_path.strip("/"))
-        return {"type": "pvc", "path": path}
+        return PvcStorage(path=path)
     if s3 is not None:
-        return {"type": "s3", "path": s3.uri, "endpoint": s3.endpoint, "region": s3.region}
+        return S3Storage(path=s3.uri, endpoint=s3.endpoint, region=s3.region)
     raise ValueError("spec.storage: set exactly one of storage.pvc or storage.s3")
 
 
-def render_contract(trainjob: TrainJob, meta: Meta, attempt: int) -> dict[str, Any]:
-    """The contract document (version 1) for one attempt of a TrainJob."""
+def _tune(spec: TrainJobSpec) -> TuneSettings | None:
+    if spec.tune is None:
+        return None
+    sched = spec.tune.scheduler
+    return TuneSettings(
+        param_space=spec.tune.param_space,
+        num_samples=spec.tune.num_samples,
+        metric=spec.tune.metric,
+        mode=spec.tune.mode.value,
+        max_concurrent_trials=spec.tune.max_concurrent_trials,
+        scheduler=None
+        if sched is None
+        else TuneScheduler(
+            type=sched.type,
+            max_t=sched.max_t,
+            grace_period=sched.grace_period,
+            reduction_factor=sched.reduction_factor,
+        ),
+    )
+
+
+def build_contract(trainjob: TrainJob, meta: Meta, attempt: int) -> Contract:
+    """The contract model for one attempt of a TrainJob."""
     spec = trainjob.spec
     scaling = spec.scaling
     checkpoint = spec.checkpoint
-    tune: dict[str, Any] | None = None
-    if spec.tune is not None:
-        sched = spec.tune.scheduler
-        tune = {
-            "paramSpace": spec.tune.param_space,
-            "numSamples": spec.tune.num_samples,
-            "metric": spec.tune.metric,
-            "mode": spec.tune.mode.value,
-            "maxConcurrentTrials": spec.tune.max_concurrent_trials,
-            "scheduler": None
-            if sched is None
-            else {
-                "type": sched.type,
-                "maxT": sched.max_t,
-                "gracePeriod": sched.grace_period,
-                "reductionFactor": sched.reduction_factor,
-            },
-        }
-    return {
-        "contractVersion": CONTRACT_VERSION,
-        "trainJob": {
-            "apiVersion": API_VERSION,
-            "namespace": meta.namespace,
-            "name": meta.name,
-            "uid": meta.uid,
-        },
-        "runName": run_name(meta.name, meta.uid),
-        "attempt": attempt,
-        "entrypoint": spec.entrypoint,
-        "config": dict(spec.config or {}),
-        "scaling": {
-            "numWorkers": scaling.num_workers,
-            "minWorkers": scaling.min_workers,
-            "maxWorkers": scaling.max_workers,
-            "useGpu": gpus_per_worker(spec) > 0,
-            "resourcesPerWorker": ray_resources_per_worker(spec),
-            "placementStrategy": scaling.placement_strategy.value,
-            "acceleratorType": scaling.accelerator_type,
-        },
-        "torch": {
-            "backend": torch_backend(spec),
-            "timeoutSeconds": spec.torch.timeout_seconds if spec.torch is not None else 1800,
-        },
-        "storage": storage_section(spec),
-        "checkpoint": {
-            "numToKeep": checkpoint.num_to_keep if checkpoint else None,
-            "scoreAttribute": checkpoint.score_attribute if checkpoint else None,
-            "scoreOrder": checkpoint.score_order.value
-            if checkpoint and checkpoint.score_order
-            else None,
-        },
-        "failure": {"maxFailures": spec.failure.max_failures if spec.failure else 0},
-        "datasets": {
-            name: {"uri": ds.uri, "format": ds.format.value, "split": ds.split}
+    return Contract(
+        train_job=TrainJobRef(
+            api_version=API_VERSION, namespace=meta.namespace, name=meta.name, uid=meta.uid
+        ),
+        run_name=run_name(meta.name, meta.uid),
+        attempt=attempt,
+        entrypoint=spec.entrypoint,
+        config=dict(spec.config or {}),
+        scaling=Scaling(
+            num_workers=scaling.num_workers,
+            min_workers=scaling.min_workers,
+            max_workers=scaling.max_workers,
+            use_gpu=gpus_per_worker(spec) > 0,
+            resources_per_worker=ray_resources_per_worker(spec),
+            placement_strategy=scaling.placement_strategy.value,
+            accelerator_type=scaling.accelerator_type,
+        ),
+        torch=TorchSettings(
+            backend=torch_backend(spec),
+            timeout_seconds=spec.torch.timeout_seconds
+            if spec.torch is not None
+            else DEFAULT_TORCH_TIMEOUT_SECONDS,
+        ),
+        storage=storage_of(spec),
+        checkpoint=CheckpointSettings()
+        if checkpoint is None
+        else CheckpointSettings(
+            num_to_keep=checkpoint.num_to_keep,
+            score_attribute=checkpoint.score_attribute,
+            score_order=checkpoint.score_order.value if checkpoint.score_order else None,
+        ),
+        failure=FailureSettings(max_failures=spec.failure.max_failures if spec.failure else 0),
+        datasets={
+            name: Dataset(uri=ds.uri, format=ds.format.value, split=ds.split)
             for name, ds in (spec.datasets or {}).items()
         },
-        "tune": tune,
-        "report": {"enabled": True, "minIntervalSeconds": REPORT_MIN_INTERVAL_SECONDS},
-    }
+        tune=_tune(spec),
+    )
+
+
+def render_contract(trainjob: TrainJob, meta: Meta, attempt: int) -> dict[str, Any]:
+    """The contract document (JSON-ready) for one attempt of a TrainJob."""
+    return dump_contract(build_contract(trainjob, meta, attempt))
 
 
 def build_contract_configmap(trainjob: TrainJob, meta: Meta, attempt: int) -> dict[str, Any]:
     """The ConfigMap `<name>-contract` holding the document as `contract.json`."""
-    document = render_contract(trainjob, meta, attempt)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": child_metadata(meta, contract_configmap_name(meta.name), attempt),
-        "data": {CONTRACT_KEY: json.dumps(document, indent=2, sort_keys=True)},
+        "data": {CONTRACT_KEY: to_json(build_contract(trainjob, meta, attempt))},
     }

@@ -213,7 +213,7 @@ def run_local_command(args: argparse.Namespace) -> int:
         print(f"raytrain run: {exc}", file=err)
         return 2
     try:
-        from trainer_runtime.contract import ContractError, load_contract
+        from raytrain_contract import ContractError, load_contract
         from trainer_runtime.local import run_local
     except ImportError as exc:
         print(

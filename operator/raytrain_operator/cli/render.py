@@ -9,18 +9,11 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from raytrain_contract.timefmt import parse_rfc3339
+
 Obj = Mapping[str, Any]
 
 LIST_COLUMNS = ("NAMESPACE", "NAME", "STATUS", "PROGRESS", "EPOCH", "WORKERS", "ETA", "AGE")
-
-
-def _parse_time(value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def human_duration(seconds: float | None) -> str:
@@ -41,7 +34,7 @@ def human_duration(seconds: float | None) -> str:
 
 
 def age(obj: Obj, now: dt.datetime | None = None) -> str:
-    created = _parse_time(obj.get("metadata", {}).get("creationTimestamp"))
+    created = parse_rfc3339(obj.get("metadata", {}).get("creationTimestamp"))
     if created is None:
         return "-"
     now = now or dt.datetime.now(dt.timezone.utc)

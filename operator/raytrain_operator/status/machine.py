@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from raytrain_contract.timefmt import parse_rfc3339, rfc3339
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.meta import (
     ANNOTATION_CHECKPOINT_REQUESTED,
@@ -41,20 +42,6 @@ SUCCEEDED, FAILED, STALLED = "Succeeded", "Failed", "Stalled"
 
 def now_utc() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 # ----------------------------------------------------------------------------------- actions
@@ -220,7 +207,7 @@ def plan(obs: Observation) -> Plan:
         return b.finish(STALLED)
 
     # --- deadline, measured from the first start
-    start = parse_time(st.get("startTime"))
+    start = parse_rfc3339(st.get("startTime"))
     if spec.active_deadline_seconds and start is not None:
         elapsed = (obs.now - start).total_seconds()
         left = spec.active_deadline_seconds - elapsed
@@ -355,7 +342,7 @@ def _observe_rayjob(
         }
     deployment = rj_status.get("jobDeploymentStatus")
     if not st.get("startTime") and not rj_suspended and deployment in ("Initializing", "Running"):
-        started = parse_time(rj_status.get("startTime")) or b.obs.now
+        started = parse_rfc3339(rj_status.get("startTime")) or b.obs.now
         b.status["startTime"] = rfc3339(started)
 
 
@@ -383,7 +370,7 @@ def _suspend(
         return b.finish(SUSPENDED)
     # The runtime can only checkpoint if it runs: the Ray job started and reports as Running.
     runtime_up = deployment == "Running" and (job_status == "RUNNING" or phase == RUNNING)
-    requested = parse_time(obs.meta.annotations.get(ANNOTATION_CHECKPOINT_REQUESTED))
+    requested = parse_rfc3339(obs.meta.annotations.get(ANNOTATION_CHECKPOINT_REQUESTED))
     if requested is None:
         # The request always precedes the suspend (the contract); it is waited on only when
         # a runtime is there to answer it.
@@ -392,7 +379,7 @@ def _suspend(
             return _checkpointing(b, obs.checkpoint_grace_seconds)
     elif runtime_up:
         trainer = obs.status.get("trainerStatus") or {}
-        written = parse_time(trainer.get("lastUpdatedTime"))
+        written = parse_rfc3339(trainer.get("lastUpdatedTime"))
         done = (
             trainer.get("checkpointing") is False and written is not None and written >= requested
         )
@@ -480,7 +467,7 @@ def _terminal(b: _Builder, attempt: int) -> Plan:
     phase = SUCCEEDED if c.is_true(st.get("conditions"), c.SUCCEEDED) else FAILED
     tj = obs.trainjob
     ttl = tj.spec.ttl_seconds_after_finished if tj is not None else None
-    finished = parse_time(st.get("completionTime"))
+    finished = parse_rfc3339(st.get("completionTime"))
     if (
         ttl is not None
         and finished is not None
