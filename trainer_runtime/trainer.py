@@ -243,6 +243,20 @@ def run_training(contract: Contract, reporter: Reporter) -> int:
         reporter.finish(FAILED, message)
         return EXIT_BAD_INPUT
 
+    workers = (
+        str(contract.scaling.num_workers)
+        if contract.scaling.num_workers is not None
+        else f"{contract.scaling.min_workers}-{contract.scaling.max_workers}"
+    )
+    # The first line of the driver's log: what runs, where its checkpoints go.
+    log.info(
+        "run %s, attempt %d: %s workers, checkpoints in %s",
+        contract.run_name,
+        contract.attempt,
+        workers,
+        contract.storage.path,
+    )
+
     from ray.util.queue import Queue
 
     queue = Queue()
@@ -287,6 +301,7 @@ def run_training(contract: Contract, reporter: Reporter) -> int:
         reporter.finish(FAILED, message)
         return EXIT_TRAINING_FAILED
     _stop(stop, drainer)
+    log.info("run %s %s", contract.run_name, outcome)
     reporter.finish(SUCCEEDED, outcome)
     return EXIT_OK
 

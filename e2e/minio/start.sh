@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Start a MinIO server on 127.0.0.1 (free port, temp data dir), create buckets, print the
-# endpoint. Builds the binary first if it is not cached (build.sh).
+# endpoint. Builds the binary first if it is not cached (build.sh). MINIO_BIND=0.0.0.0 listens
+# on every address: only for a server inside the local cluster's network namespace, where pods
+# reach it through the node's IP (tests/integration/realpods.py).
 #
 #   bash e2e/minio/start.sh [bucket ...]      # default bucket: raytrain
 #
@@ -32,7 +34,7 @@ endpoint="http://127.0.0.1:$port"
 
 log "starting $bin on $endpoint (data in $state/data)"
 MINIO_ROOT_USER="$user" MINIO_ROOT_PASSWORD="$password" MINIO_BROWSER=off \
-  nohup "$bin" server --quiet --address "127.0.0.1:$port" \
+  nohup "$bin" server --quiet --address "${MINIO_BIND:-127.0.0.1}:$port" \
   --console-address "127.0.0.1:$console_port" "$state/data" >"$state/minio.log" 2>&1 &
 echo $! >"$state/pid"
 
