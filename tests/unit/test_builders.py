@@ -294,6 +294,119 @@ def test_labels_vocabulary_on_the_rayjob_and_every_pod() -> None:
         assert labels["raytrain.dev/role"] == role
 
 
+def submitter(rj: dict[str, Any]) -> dict[str, Any]:
+    template: dict[str, Any] = rj["spec"]["submitterPodTemplate"]
+    return template
+
+
+def all_pods(rj: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pods(rj), submitter(rj)]
+
+
+def shm(template: dict[str, Any]) -> dict[str, Any]:
+    """The /dev/shm volume of a Ray pod, checked to be mounted in its Ray container."""
+    (mount,) = [m for m in container(template)["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    (volume,) = [v for v in template["spec"]["volumes"] if v["name"] == mount["name"]]
+    return dict(volume["emptyDir"])
+
+
+def test_submitter_pod_has_our_labels_and_leaves_the_command_to_kuberay() -> None:
+    tj = trainjob(imagePullPolicy="Never")
+    template = submitter(build(tj, attempt=1))
+    labels = template["metadata"]["labels"]
+    assert labels["raytrain.dev/trainjob"] == "digits"
+    assert labels["raytrain.dev/attempt"] == "1"
+    assert labels["raytrain.dev/role"] == "submitter"
+    spec = template["spec"]
+    assert spec["restartPolicy"] == "Never"  # a Job's pods: Never or OnFailure
+    assert spec["automountServiceAccountToken"] is False
+    (c,) = spec["containers"]
+    # KubeRay writes its `ray job submit` command only into a container without one
+    assert c["name"] == "ray-job-submitter"
+    assert "command" not in c and "args" not in c
+    assert c["image"] == tj.spec.image and c["imagePullPolicy"] == "Never"
+    assert c["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+
+
+def test_every_pod_runs_as_the_runtime_user_without_privileges() -> None:
+    for template in all_pods(build()):
+        ctx = template["spec"]["securityContext"]
+        assert ctx["runAsNonRoot"] is True
+        assert (ctx["runAsUser"], ctx["runAsGroup"], ctx["fsGroup"]) == (1000, 1000, 1000)
+        assert ctx["fsGroupChangePolicy"] == "OnRootMismatch"
+        assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in template["spec"]["containers"]:
+            assert c["securityContext"]["allowPrivilegeEscalation"] is False
+            assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_the_autoscaler_sidecar_gets_the_same_container_context() -> None:
+    elastic = build(trainjob(scaling={"minWorkers": 1, "maxWorkers": 3}))
+    options = elastic["spec"]["rayClusterSpec"]["autoscalerOptions"]
+    assert options["securityContext"] == container(head(elastic)["template"])["securityContext"]
+    assert "autoscalerOptions" not in build()["spec"]["rayClusterSpec"]
+
+
+def test_no_process_of_ours_is_pid_1() -> None:
+    # KubeRay's bash/`ray start` wrapper would be PID 1 and ignore SIGTERM: the pause is PID 1
+    for template in all_pods(build()):
+        assert template["spec"]["shareProcessNamespace"] is True
+
+
+def test_termination_grace_defaults_and_follows_the_pod_overrides() -> None:
+    default = build()
+    assert {t["spec"]["terminationGracePeriodSeconds"] for t in all_pods(default)} == {120}
+    rj = build(trainjob(head={"terminationGracePeriodSeconds": 600}, workerTemplate={"labels": {}}))
+    assert head(rj)["template"]["spec"]["terminationGracePeriodSeconds"] == 600
+    assert group(rj)["template"]["spec"]["terminationGracePeriodSeconds"] == 120
+    rj = build(trainjob(workerTemplate={"terminationGracePeriodSeconds": 5}))
+    assert group(rj)["template"]["spec"]["terminationGracePeriodSeconds"] == 5
+    with pytest.raises(ValueError, match=r"spec\.head\.terminationGracePeriodSeconds"):
+        trainjob(head={"terminationGracePeriodSeconds": 0})
+
+
+@pytest.mark.parametrize(
+    ("scaling", "size"),
+    [
+        # 40% of the limit: Ray's object store (30%) and room for DataLoader/NCCL segments
+        ({"numWorkers": 2, "resourcesPerWorker": {"memory": "2Gi"}}, "820Mi"),
+        ({"numWorkers": 4, "workersPerPod": 2, "resourcesPerWorker": {"memory": "4Gi"}}, "3277Mi"),
+        ({"numWorkers": 1, "resourcesPerWorker": {"memory": "10G"}}, "3815Mi"),
+    ],
+)
+def test_worker_dev_shm_is_memory_sized_for_the_object_store(
+    scaling: dict[str, Any], size: str
+) -> None:
+    template = group(build(trainjob(scaling=scaling)))["template"]
+    volume = shm(template)
+    assert volume == {"medium": "Memory", "sizeLimit": size}
+    limit = quantities.parse(container(template)["resources"]["limits"]["memory"])
+    # Ray keeps its store in /dev/shm only when all of it fits there
+    assert quantities.parse(size) >= limit * quantities.parse("0.3")
+    assert quantities.parse(size) < limit
+
+
+def test_head_dev_shm_follows_the_heads_memory_limit() -> None:
+    assert shm(head(build())["template"]) == {"medium": "Memory", "sizeLimit": "820Mi"}
+    tj = trainjob(head={"resources": {"limits": {"memory": "10Gi"}}})
+    assert shm(head(build(tj))["template"])["sizeLimit"] == "4Gi"
+
+
+def test_dev_shm_without_a_memory_limit_has_no_size_limit() -> None:
+    # Ray then sizes its store from the node's memory; any fixed size could be too small
+    template = group(build(trainjob(scaling={"numWorkers": 2})))["template"]
+    assert "memory" not in container(template)["resources"]["limits"]
+    assert shm(template) == {"medium": "Memory"}
+    tj = trainjob(head={"resources": {"requests": {"memory": "4Gi"}}})
+    assert shm(head(build(tj))["template"]) == {"medium": "Memory"}
+
+
+def test_a_head_memory_limit_that_is_no_quantity_names_the_field() -> None:
+    tj = trainjob(head={"resources": {"limits": {"memory": "lots"}}})
+    with pytest.raises(ValueError, match=r"spec\.head\.resources\.limits\.memory: 'lots'"):
+        build(tj)
+
+
 def test_parent_labels_and_annotations_are_copied_by_allow_list_only() -> None:
     m = meta(
         labels={

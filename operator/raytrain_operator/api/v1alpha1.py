@@ -343,6 +343,10 @@ class PodOverrides(_Model):
     """Extra pod labels."""
     annotations: dict[str, str] | None = None
     """Extra pod annotations."""
+    termination_grace_period_seconds: int | None = Field(default=None, ge=1, le=86400)
+    """Seconds a pod has to stop after a delete, a drain or a suspend before it is killed.
+    Default 120: room for a preStop hook, for example to finish a checkpoint upload; pods that
+    have nothing left to do stop sooner."""
 
 
 class TrainJobSpec(_Model):

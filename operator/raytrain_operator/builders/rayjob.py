@@ -21,7 +21,12 @@ from raytrain_operator.builders.meta import (
     child_metadata,
 )
 from raytrain_operator.builders.names import WORKER_GROUP, rayjob_name
-from raytrain_operator.builders.pods import build_pod_template, custom_group_resources
+from raytrain_operator.builders.pods import (
+    build_pod_template,
+    build_submitter_template,
+    container_security_context,
+    custom_group_resources,
+)
 
 RAYJOB_API_VERSION = "ray.io/v1"
 ENTRYPOINT = "python -m trainer_runtime"
@@ -81,6 +86,20 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
     if custom:
         worker_group["resources"] = custom
 
+    cluster: dict[str, Any] = {
+        "rayVersion": spec.ray_version,
+        "enableInTreeAutoscaling": autoscaling_enabled(trainjob),
+        "headGroupSpec": {
+            "rayStartParams": dict(HEAD_START_PARAMS),
+            "template": build_pod_template(spec, meta, attempt, "head", spec.head),
+        },
+        "workerGroupSpecs": [worker_group],
+    }
+    if cluster["enableInTreeAutoscaling"]:
+        # KubeRay adds the autoscaler container to the head pod with no securityContext of its
+        # own; the pod would fail the restricted Pod Security Standard without this one.
+        cluster["autoscalerOptions"] = {"securityContext": container_security_context()}
+
     return {
         "apiVersion": RAYJOB_API_VERSION,
         "kind": "RayJob",
@@ -92,14 +111,7 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
             "ttlSecondsAfterFinished": RAYJOB_TTL_SECONDS,
             "backoffLimit": 0,
             "suspend": suspend,
-            "rayClusterSpec": {
-                "rayVersion": spec.ray_version,
-                "enableInTreeAutoscaling": autoscaling_enabled(trainjob),
-                "headGroupSpec": {
-                    "rayStartParams": dict(HEAD_START_PARAMS),
-                    "template": build_pod_template(spec, meta, attempt, "head", spec.head),
-                },
-                "workerGroupSpecs": [worker_group],
-            },
+            "submitterPodTemplate": build_submitter_template(spec, meta, attempt),
+            "rayClusterSpec": cluster,
         },
     }
