@@ -4,14 +4,22 @@
 # runtime), KWOK fakes the nodes (GPU capacity, pods go Running), and the KubeRay operator
 # runs against it out of cluster.
 #
-#   cluster.sh up           build (cached) and start; last line printed: KUBECONFIG=<path>
-#   cluster.sh down         stop everything (KubeRay operator included) and drop the state
-#   cluster.sh status       say what runs; exit 0 only if the API server is ready
-#   cluster.sh kubeconfig   print the kubeconfig path of a running cluster
+#   cluster.sh up [--real-node]  build (cached) and start; last line printed: KUBECONFIG=<path>
+#   cluster.sh down              stop everything (KubeRay operator, real node) and drop the state
+#   cluster.sh status            say what runs; exit 0 only if the API server is ready
+#   cluster.sh kubeconfig        print the kubeconfig path of a running cluster
+#   cluster.sh import-image F    import an image archive (docker-archive or OCI) into the real node
+#   cluster.sh socket            print the real node's containerd socket path
+#   cluster.sh node-down         stop only the real node (up --real-node starts it again)
+#
+# --real-node (or RAYTRAIN_REAL_NODE=1) adds `realnode`, a real kubelet + containerd node
+# (e2e/realnode/), tainted raytrain.dev/real-node=true:NoSchedule. It starts only inside a
+# network namespace: bash e2e/netns/run.sh bash e2e/controlplane/cluster.sh up --real-node
 #
 # Environment: RAYTRAIN_CLUSTER (name, default raytrain), RAYTRAIN_NODES (fake GPU nodes,
 # default 4), RAYTRAIN_CACHE (binaries, default ~/.cache/raytrain), RAYTRAIN_STATE (cluster
-# state, default $RAYTRAIN_CACHE/state), RAYTRAIN_UP_TIMEOUT (seconds per wait, default 180).
+# state, default $RAYTRAIN_CACHE/state), RAYTRAIN_UP_TIMEOUT (seconds per wait, default 180),
+# RAYTRAIN_REAL_NODE (1: as --real-node).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,6 +36,8 @@ KUBECONFIG_PATH="$STATE/kubeconfig"
 OPERATOR_PID="$STATE/kuberay-operator.pid"
 OPERATOR_LOG="$STATE/kuberay-operator.log"
 KWOKCTL_LOG="$STATE/kwokctl.log"
+REALNODE_SH="$REPO/e2e/realnode/node.sh"
+REAL_NODE="${RAYTRAIN_REAL_NODE:-0}"
 
 K8S_BIN="$(bindir k8s)"
 ETCD_BIN="$(bindir etcd)"
@@ -128,7 +138,47 @@ componentsPatches:
   extraArgs:
   - key: advertise-address
     value: 127.0.0.1
+  # For the real node (e2e/realnode/): logs and exec reach its kubelet with a client
+  # certificate, by its InternalIP; Services get the range its kube-proxy and CNI routes know.
+  - key: kubelet-client-certificate
+    value: $KWOK_WORKDIR/clusters/$CLUSTER/pki/admin.crt
+  - key: kubelet-client-key
+    value: $KWOK_WORKDIR/clusters/$CLUSTER/pki/admin.key
+  - key: kubelet-preferred-address-types
+    value: InternalIP
+  - key: service-cluster-ip-range
+    value: 10.97.0.0/24
+# kwokctl starts kwok with --manage-all-nodes=true, which would take over a real node too;
+# the last flag wins, and the fake nodes carry this annotation (gpu_nodes).
+- name: kwok-controller
+  extraArgs:
+  - key: manage-all-nodes
+    value: "false"
+  - key: manage-nodes-with-annotation-selector
+    value: kwok.x-k8s.io/node=fake
 EOF
+}
+
+# The real node's script gets the cluster's kubeconfig, CA and kubectl through the environment.
+realnode() {
+  REALNODE_STATE="$STATE/realnode" REALNODE_KUBECONFIG="$KUBECONFIG_PATH" \
+    REALNODE_CA="$KWOK_WORKDIR/clusters/$CLUSTER/pki/ca.crt" REALNODE_KUBECTL="$KUBECTL" \
+    RAYTRAIN_UP_TIMEOUT="$TIMEOUT" bash "$REALNODE_SH" "$@"
+}
+
+real_node_started() { [ -d "$STATE/realnode" ]; }
+
+# Checked before anything starts: the real node's addresses must never exist in the host's
+# namespace, and nothing can be downloaded inside one.
+require_netns_for_real_node() {
+  if [ -z "${RAYTRAIN_NETNS:-}" ] || [ "$(readlink /proc/self/ns/net)" = "$(readlink /proc/1/ns/net)" ]; then
+    die "--real-node (RAYTRAIN_REAL_NODE=1) runs only inside a network namespace of its own, so" \
+      "that node, pod and Service addresses never exist in the host's namespace; run:" \
+      "bash e2e/netns/run.sh bash $0 up --real-node"
+  fi
+  bash "$REPO/e2e/realnode/build.sh" --check >/dev/null 2>&1 ||
+    die "the real node's binaries are not built or its Debian packages are missing, and a" \
+      "network namespace cannot download: run 'bash e2e/realnode/build.sh' outside it first"
 }
 
 # KWOK's default stages, except that the KubeRay job submitter's pod is not completed.
@@ -260,6 +310,7 @@ stop_operator() {
 cmd_up() {
   local t0 crds f names
   [[ "$NODES" =~ ^[0-9]+$ ]] || die "RAYTRAIN_NODES must be a number, not '$NODES'"
+  [ "$REAL_NODE" != 1 ] || require_netns_for_real_node
   command -v go >/dev/null 2>&1 || die "'go' not found: install Go 1.26 to build the control plane"
   bash "$HERE/build.sh" >&2 || die "build failed"
   mkdir -p "$STATE"
@@ -321,11 +372,20 @@ cmd_up() {
 
   start_operator || { show_logs; die "KubeRay operator did not start"; }
 
+  if [ "$REAL_NODE" = 1 ]; then
+    realnode up || die "the real node did not start (logs: $STATE/realnode/logs/)"
+    log "real node containerd socket: $(realnode socket)"
+  fi
+
   log "ready in $((SECONDS - START))s"
   echo "KUBECONFIG=$KUBECONFIG_PATH"
 }
 
 cmd_down() {
+  # First, while the API server still answers: the node drains its pods through it.
+  if real_node_started; then
+    realnode down || die "the real node did not stop cleanly (logs: $STATE/realnode/logs/)"
+  fi
   stop_operator
   if cluster_exists; then
     "$KWOKCTL" delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG_PATH" \
@@ -334,7 +394,8 @@ cmd_down() {
   else
     log "no cluster '$CLUSTER' to delete"
   fi
-  rm -rf "$STATE"
+  # --one-file-system: never into a mount a failed clean-up left behind.
+  rm -rf --one-file-system "$STATE"
 }
 
 cmd_status() {
@@ -360,8 +421,27 @@ cmd_status() {
     echo "kuberay:    not running"
     rc=1
   fi
+  if real_node_started; then
+    realnode status | sed 's/^/realnode:   /' || rc=1
+  fi
   echo "KUBECONFIG=$KUBECONFIG_PATH"
   return $rc
+}
+
+cmd_import_image() {
+  [ $# -eq 1 ] || die "usage: $0 import-image ARCHIVE (a docker-archive or OCI archive)"
+  real_node_started || die "cluster '$CLUSTER' has no real node (run: $0 up --real-node)"
+  realnode import-image "$1"
+}
+
+cmd_node_down() {
+  real_node_started || { log "no real node in cluster '$CLUSTER'"; return 0; }
+  realnode down || die "the real node did not stop cleanly (logs: $STATE/realnode/logs/)"
+}
+
+cmd_socket() {
+  real_node_started || die "cluster '$CLUSTER' has no real node (run: $0 up --real-node)"
+  realnode socket
 }
 
 cmd_kubeconfig() {
@@ -378,12 +458,23 @@ with_lock() {
 }
 
 case "${1:-}" in
-  up) with_lock cmd_up ;;
+  up)
+    for arg in "${@:2}"; do
+      case "$arg" in
+        --real-node) REAL_NODE=1 ;;
+        *) die "up: unknown argument '$arg' (known: --real-node)" ;;
+      esac
+    done
+    with_lock cmd_up
+    ;;
   down) with_lock cmd_down ;;
   status) cmd_status ;;
   kubeconfig) cmd_kubeconfig ;;
+  import-image) cmd_import_image "${@:2}" ;;
+  socket) cmd_socket ;;
+  node-down) with_lock cmd_node_down ;;
   *)
-    sed -n '2,16p' "$0" >&2
+    sed -n '2,22p' "$0" >&2
     exit 2
     ;;
 esac

@@ -37,7 +37,7 @@ SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops)
 # Paths the kubelet, containerd and the CNI plugins use whatever their configuration says.
 FIXED_PATHS=(/var/lib/kubelet /var/lib/kubelet/device-plugins /var/lib/kubelet/pod-resources
   /var/log/pods /var/log/containers /run/containerd /run/containerd/s /run/containerd/fifo
-  /run/containerd/runc /run/runc /var/lib/cni /etc/cni /opt/cni /run/netns)
+  /run/containerd/runc /run/runc /run/nri /var/lib/cni /etc/cni /opt/cni /run/netns)
 
 RN="${REALNODE_STATE:?REALNODE_STATE is not set (node.sh is run by cluster.sh)}"
 SOCK="$RN/containerd/containerd.sock"
@@ -148,6 +148,8 @@ state = "$RN/containerd/state"
   # Without CAP_SYS_RESOURCE runc cannot lower oom_score_adj below containerd's own, and every
   # sandbox fails ("can't get final child's PID from pipe: EOF"); this clamps it instead.
   restrict_oom_score_adj = true
+  # Pod network namespaces under our state dir, not in the shared /run/netns.
+  netns_mounts_under_state_dir = true
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["$CNI_BIN_DIR"]
     conf_dir = "$RN/cni/net.d"
@@ -158,6 +160,9 @@ state = "$RN/containerd/state"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = "$RUNC"
         SystemdCgroup = false
+# NRI would open a socket in /run/nri; nothing here uses it.
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
 [plugins.'io.containerd.grpc.v1.cri']
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"
@@ -199,7 +204,7 @@ clusterDNS: [$NODE_IP]
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
-podLogsDir: /var/log/pods
+podLogsDir: $RN/logs/pods
 registerWithTaints:
 - {key: $NODE_LABEL, value: "true", effect: NoSchedule}
 EOF
@@ -311,9 +316,9 @@ cmd_up() {
   [ "$(id -u)" = 0 ] || die "the real node needs root (mounts, cgroups, iptables)"
   mkdir -p "$RN" "$REALNODE_CACHE"
   check_single_node
+  ensure_cgroups # first: record_host_state looks for kubepods cgroups there
   record_host_state
   echo "$RN" >"$(active_file)"
-  ensure_cgroups
   write_configs
 
   if ! ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
@@ -407,6 +412,7 @@ remove_chains() {
 cleanup_host() {
   local line what key value m p netns_here=0
   [ -f "$RN/host-before" ] || return 0
+  ensure_cgroups
   if grep -qx "netns $(readlink /proc/self/ns/net)" "$RN/host-before"; then netns_here=1; fi
   if [ $netns_here = 1 ]; then
     if [ -f "$RN/kube-proxy.yaml" ]; then
