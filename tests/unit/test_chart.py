@@ -315,7 +315,7 @@ def test_uninstall_hook_removes_finalizers_by_default(default: list[dict[str, An
     # The operator image runs the tested module; it understands what the chart sets.
     assert container["command"] == ["python", "-m", "raytrain_operator.uninstall"]
     assert "args" not in container
-    assert Options.from_env(env) == Options("removeFinalizers", [], 300.0)
+    assert Options.from_env(env) == Options("removeFinalizers", [], 120.0)
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     role = one(default, "ClusterRole", hook=True)
     assert rules_table(role["rules"]) == {("raytrain.dev", "trainjobs"): {"get", "list", "patch"}}
