@@ -5,7 +5,7 @@
     raytrain list -A                               # every TrainJob, with progress
     raytrain get digits                            # one job in detail
     raytrain wait digits --for Succeeded           # block until done; exit 1 if it failed
-    raytrain logs digits -f                        # the trainer's log (head pod)
+    raytrain logs digits -f                        # the training driver's output
 
 Every command that prints takes `-o json` for scripts.
 """
@@ -99,9 +99,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_namespace(wait)
     _add_output(wait, ("text", "json"))
 
-    logs = sub.add_parser("logs", help="print the trainer's log (the Ray head pod)")
+    logs = sub.add_parser(
+        "logs",
+        help="print the training driver's output (KubeRay's submitter pod)",
+        description="Print what the training prints: the log of the pod that KubeRay's "
+        "submitter Job runs for the current attempt (it follows the Ray job's driver).",
+    )
     logs.add_argument("name")
-    logs.add_argument("-f", "--follow", action="store_true")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="wait for the pod if needed, then stream"
+    )
     logs.add_argument("--tail", type=int, default=-1, help="lines from the end (default all)")
     _add_namespace(logs)
     return parser

@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from raytrain_operator.api import v1alpha1 as api
-from raytrain_operator.builders.pods import HEAD_CONTAINER
-from raytrain_operator.cli import render
+from raytrain_operator.builders.pods import SUBMITTER_CONTAINER
+from raytrain_operator.cli import driverlog, render
 
 console = Console()
 errors = Console(stderr=True)
@@ -234,33 +234,124 @@ def wait(args: argparse.Namespace) -> int:
     )
 
 
+def _rayjob(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj: dict[str, Any] = _crd(api_client).get_namespaced_custom_object(
+            "ray.io", "v1", namespace, "rayjobs", name
+        )
+    except ApiException as exc:
+        # Only a hint depends on it: a user who may not read RayJobs still gets the message.
+        if exc.status in (403, 404):
+            return None
+        raise
+    return obj
+
+
+def _job_exists(api_client: client.ApiClient, namespace: str, name: str) -> bool:
+    try:
+        client.BatchV1Api(api_client).read_namespaced_job(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def _submitter_pod(
+    api_client: client.ApiClient, namespace: str, rayjob: str
+) -> tuple[dict[str, Any] | None, str]:
+    """The submitter pod (as a plain object) and the resourceVersion of the listing."""
+    core = client.CoreV1Api(api_client)
+    listing = core.list_namespaced_pod(
+        namespace, label_selector=driverlog.submitter_selector(rayjob)
+    )
+    pods = [api_client.sanitize_for_serialization(p) for p in listing.items]
+    pod = driverlog.pick_submitter_pod(pods, rayjob)
+    return (dict(pod) if pod is not None else None), str(listing.metadata.resource_version)
+
+
+def _missing(api_client: client.ApiClient, namespace: str, obj: dict[str, Any], rayjob: str) -> str:
+    status = (_rayjob(api_client, namespace, rayjob) or {}).get("status") or {}
+    head_pod = ((status.get("rayClusterStatus") or {}).get("head") or {}).get("podName")
+    return driverlog.missing_message(
+        obj["metadata"]["name"],
+        render.phase(obj),
+        rayjob,
+        job_exists=_job_exists(api_client, namespace, rayjob),
+        head_pod=head_pod,
+        job_id=status.get("jobId"),
+    )
+
+
+def _wait_for_submitter(
+    api_client: client.ApiClient, namespace: str, name: str, rayjob: str
+) -> str:
+    """Block until the submitter container has started; its pod's name."""
+    core = client.CoreV1Api(api_client)
+    said = ""
+    while True:
+        pod, version = _submitter_pod(api_client, namespace, rayjob)
+        if pod is not None:
+            state = driverlog.container_state(pod, SUBMITTER_CONTAINER)
+            if state.started:
+                return str(pod["metadata"]["name"])
+            note = f"waiting for the submitter pod {pod['metadata']['name']} ({state.reason})"
+        else:
+            obj = _get(api_client, namespace, name)
+            if render.phase(obj) in driverlog.FINAL_PHASES:
+                raise CLIError(_missing(api_client, namespace, obj, rayjob))
+            note = (
+                f"waiting for KubeRay's submitter pod of RayJob {rayjob} "
+                f"(TrainJob phase: {render.phase(obj)})"
+            )
+        if note != said:
+            errors.print(note, highlight=False)
+            said = note
+        # Any change to the Job's pods (or a minute without one) is worth another look.
+        try:
+            for _ in watch.Watch().stream(
+                core.list_namespaced_pod,
+                namespace,
+                label_selector=driverlog.submitter_selector(rayjob),
+                resource_version=version,
+                timeout_seconds=60,
+            ):
+                break
+        except ApiException as exc:
+            if exc.status != 410:  # the listing's version expired: list again
+                raise
+
+
 @_guard
 def logs(args: argparse.Namespace) -> int:
-    """Stream the Ray head pod's log of the current attempt."""
+    """The training driver's output: the log of KubeRay's submitter pod of the current attempt."""
     api_client, namespace = _connect(args)
     obj = _get(api_client, namespace, args.name)
-    cluster_name = (obj.get("status") or {}).get("rayClusterName")
-    if not cluster_name:
+    rayjob = (obj.get("status") or {}).get("rayJobName")
+    if not rayjob:
         raise CLIError(
-            f"TrainJob {args.name} has no Ray cluster yet (status: {render.phase(obj)}); "
-            "try again once it is Running"
+            f"TrainJob {args.name} has no RayJob yet (status: {render.phase(obj)}); "
+            f"`kubectl describe trainjob.raytrain.dev {args.name}` says why"
         )
     core = client.CoreV1Api(api_client)
-    pods = core.list_namespaced_pod(
-        namespace, label_selector=f"ray.io/cluster={cluster_name},ray.io/node-type=head"
-    ).items
-    if not pods:
-        raise CLIError(f"no head pod for Ray cluster {cluster_name} (it may have been cleaned up)")
-    pod = pods[0].metadata.name
     if args.follow:
-        stream = watch.Watch().stream(
-            core.read_namespaced_pod_log, pod, namespace, container=HEAD_CONTAINER, tail_lines=None
-        )
-        for line in stream:
+        pod_name = _wait_for_submitter(api_client, namespace, args.name, rayjob)
+        kwargs: dict[str, Any] = {"container": SUBMITTER_CONTAINER}
+        if args.tail >= 0:
+            kwargs["tail_lines"] = args.tail
+        for line in watch.Watch().stream(
+            core.read_namespaced_pod_log, pod_name, namespace, **kwargs
+        ):
             print(line)
         return 0
-    kwargs: dict[str, Any] = {"container": HEAD_CONTAINER}
+    pod, _ = _submitter_pod(api_client, namespace, rayjob)
+    if pod is None:
+        raise CLIError(_missing(api_client, namespace, obj, rayjob))
+    state = driverlog.container_state(pod, SUBMITTER_CONTAINER)
+    if not state.started:
+        raise CLIError(driverlog.not_started_message(pod["metadata"]["name"], state, args.name))
+    kwargs = {"container": SUBMITTER_CONTAINER}
     if args.tail >= 0:
         kwargs["tail_lines"] = args.tail
-    print(core.read_namespaced_pod_log(pod, namespace, **kwargs), end="")
+    print(core.read_namespaced_pod_log(pod["metadata"]["name"], namespace, **kwargs), end="")
     return 0
