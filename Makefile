@@ -1,37 +1,70 @@
 # raytrain-operator: the commands a contributor and CI run.
+#
+# `make demo` and `make test` work on a fresh clone in a fresh virtualenv: both install the
+# project first (`install`, skipped while nothing it depends on changed), and `make test` builds
+# what the tests need (`prereqs`) before it runs them in a network namespace of their own.
 PYTHON ?= python
 PKGS := operator/raytrain_operator trainer_runtime
 CRD := crds/trainjobs.raytrain.dev.yaml
+EXTRAS := dev,runtime
 
-.PHONY: help install demo test unit lint crds crds-check cluster-up cluster-down bench
+# The install is redone only when what it depends on changes: pyproject.toml, constraints.txt
+# (exact pins, used when present) and the interpreter it installs into (another virtualenv
+# needs its own install). The stamp's name carries a hash of all three; .make/ is gitignored.
+STAMP_DIR := .make
+CONSTRAINTS := $(wildcard constraints.txt)
+INSTALL_KEY := $(shell { cat pyproject.toml $(CONSTRAINTS); \
+  $(PYTHON) -c 'import sys; print(sys.prefix, sys.version)'; } | sha256sum | cut -c1-16)
+INSTALL_STAMP := $(STAMP_DIR)/install-$(INSTALL_KEY)
+
+# The tests run inside a network namespace where nothing reaches the network (see
+# e2e/netns/run.sh); PYTEST_ARGS narrows them (make test PYTEST_ARGS=tests/unit).
+NETNS := bash e2e/netns/run.sh
+PYTEST_ARGS ?=
+
+.PHONY: help install prereqs demo test unit lint crds crds-check cluster-up cluster-down bench
 
 help:
-	@echo "make install       install the project with the runtime and dev extras"
-	@echo "make demo          run the example TrainJob (see README)"
-	@echo "make test          lint + the whole test suite"
+	@echo "make demo          run the example TrainJob end to end (installs first; see README)"
+	@echo "make test          install, build the test prerequisites, lint, the whole test suite"
+	@echo "make install       install the project with the runtime and dev extras (once)"
+	@echo "make prereqs       build what the tests need (control plane, MinIO, helm; cached)"
 	@echo "make lint          ruff + mypy --strict + import contracts"
 	@echo "make crds          regenerate crds/ and the chart's CRDs from the API models"
 	@echo "make cluster-up    start the local control plane (builds it once, cached)"
 	@echo "make cluster-down  stop it"
 	@echo "make bench         benchmarks (long; not part of make test)"
 
-install:
-	$(PYTHON) -m pip install -e '.[dev,runtime]'
+install: $(INSTALL_STAMP)
 
-demo:
+$(INSTALL_STAMP):
+	$(PYTHON) -m pip install -e '.[$(EXTRAS)]' $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	@mkdir -p $(STAMP_DIR)
+	@rm -f $(STAMP_DIR)/install-*
+	@touch $@
+
+# Everything the tests would otherwise download or build on first use. Each step is cached
+# outside the clone (~/.cache/raytrain) and costs seconds once built. Inside the tests'
+# network namespace nothing can be downloaded, so whatever a test builds must be built here.
+prereqs:
+	bash e2e/controlplane/build.sh
+	bash e2e/minio/build.sh >/dev/null
+	bash scripts/helm.sh >/dev/null
+
+demo: install
 	bash scripts/demo.sh
 
-lint:
+lint: install
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy $(PKGS)
 	lint-imports
 
 # pytest exits 5 when it collects no test, so a suite that runs nothing fails here too.
-test: lint
-	$(PYTHON) -m pytest
+test: install prereqs lint
+	$(NETNS) $(PYTHON) -m pytest $(PYTEST_ARGS)
 
-unit:
+unit: install
 	$(PYTHON) -m pytest tests/unit
 
 crds:

@@ -29,7 +29,7 @@ say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf '\ndemo: %s\n' "$*" >&2; exit 1; }
 
 "$PYTHON" -c 'import ray, torch, sklearn, raytrain_operator, trainer_runtime' 2>/dev/null ||
-  die "the runtime's dependencies are not installed; run: make install"
+  die "the runtime's dependencies are not installed; run the demo with: make demo (it installs them first)"
 command -v go >/dev/null ||
   die "the local control plane is built with Go (1.26); install Go, or try the runtime alone: raytrain run examples/digits.yaml --local"
 

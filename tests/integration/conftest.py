@@ -5,8 +5,9 @@ one started with ``e2e/controlplane/cluster.sh up`` and stopped at the end of th
 it with ``RAYTRAIN_KEEP_CLUSTER=1``). The start happens once, before the first test, outside
 any per-test timeout: a cold build of the binaries takes 12-25 minutes on 2 cores.
 
-Under ``CI=true`` a failed build or start fails every test that needs the cluster. Elsewhere,
-without ``go`` on PATH, those tests are skipped with a note on how to enable them.
+In a required run (CI, or RAYTRAIN_REQUIRE_ALL=1: tests/_required.py) a failed build or start
+fails every test that needs the cluster. Elsewhere, without ``go`` on PATH, those tests are
+skipped with a note on how to enable them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _required import required
 from _wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +137,7 @@ class _ClusterSession:
             return
         self._prepared = True
         versions = pinned_versions()
-        ci = os.environ.get("CI", "").lower() == "true"
+        ci = required()
 
         given = os.environ.get("RAYTRAIN_KUBECONFIG")
         if given:
@@ -156,7 +158,10 @@ class _ClusterSession:
 
         if shutil.which("go") is None:
             if ci:
-                self.fail_reason = f"CI=true but `go` is not on PATH; {ENABLE_HINT}"
+                self.fail_reason = (
+                    "this run is required (CI / RAYTRAIN_REQUIRE_ALL=1) but `go` is not on "
+                    f"PATH; {ENABLE_HINT}"
+                )
             else:
                 self.skip_reason = ENABLE_HINT
             return

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from _ports import free_port
 from _wait import wait_for
 from conftest import REPO, KubeCluster
 
@@ -28,12 +28,6 @@ pytestmark = pytest.mark.integration
 GPU = "nvidia.com/gpu"
 T_CREATE = 60  # a RayJob, ConfigMap or condition the operator writes
 T_KUBERAY = 180  # KubeRay, the scheduler and KWOK bringing pods to Running
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Operator:
@@ -47,7 +41,7 @@ class Operator:
         self.offset = 0
 
     def start(self) -> None:
-        self.health_port, self.metrics_port = _free_port(), _free_port()
+        self.health_port, self.metrics_port = free_port(), free_port()
         self.offset = self.log.stat().st_size if self.log.exists() else 0
         env = {**self.cluster.env, "RAYTRAIN_PREFLIGHT_RETRY_SECONDS": "2"}
         with self.log.open("ab") as out:

@@ -1,16 +1,16 @@
 """Fixtures for the runtime tests: a local Ray (2 CPUs) and a real S3 server on loopback.
 
 ``s3_server`` is MinIO, built once from the Go module proxy by e2e/minio/build.sh (cached) and
-started on a free port for the session. Under ``CI=true`` a failure to build or start it fails
-the tests. Elsewhere, when MinIO cannot be built (no Go), moto's server stands in, with a loud
-warning: it is correct enough for checkpoints, too slow to measure anything with.
+started on a free port for the session. In a required run (CI, or RAYTRAIN_REQUIRE_ALL=1:
+tests/_required.py) a failure to build or start it fails the tests. Elsewhere, when MinIO cannot
+be built (no Go), moto's server stands in, with a loud warning: it is correct enough for
+checkpoints, too slow to measure anything with.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _ports import free_port
+from _required import required
 from pydantic import TypeAdapter
 
 from raytrain_contract import (
@@ -95,12 +97,6 @@ class S3Server:
         return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _live(endpoint: str) -> bool:
     with urllib.request.urlopen(f"{endpoint}/minio/health/live", timeout=2) as r:
         return r.status == 200
@@ -121,7 +117,7 @@ def s3_server() -> Iterator[S3Server]:
     try:
         binary = _build_minio()
     except Exception as exc:
-        if os.environ.get("CI") == "true" or shutil.which("go") is not None:
+        if required() or shutil.which("go") is not None:
             pytest.fail(f"MinIO could not be built: {exc}")
         warnings.warn(
             f"MinIO could not be built ({exc}); FALLING BACK TO MOTO's server. "
@@ -132,7 +128,7 @@ def s3_server() -> Iterator[S3Server]:
         yield from _moto(bucket)
         return
     data = tempfile.mkdtemp(prefix="raytrain-minio-")
-    port, console = _free_port(), _free_port()
+    port, console = free_port(), free_port()
     endpoint = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
@@ -164,7 +160,7 @@ def s3_server() -> Iterator[S3Server]:
 def _moto(bucket: str) -> Iterator[S3Server]:
     from moto.server import ThreadedMotoServer
 
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     try:
