@@ -141,14 +141,69 @@ def test_credentials_come_from_the_manifests_secret() -> None:
         "AWS_ACCESS_KEY_ID": "raytrain",
         "AWS_SECRET_ACCESS_KEY": "raytrain-secret",
     }
-    encoded = [
-        {
-            "kind": "Secret",
-            "metadata": {"name": "digits-s3"},
-            "data": {"AWS_ACCESS_KEY_ID": base64.b64encode(b"k").decode(), "OTHER": "eA=="},
-        }
-    ]
-    assert local.secret_env(trainjob, encoded) == {"AWS_ACCESS_KEY_ID": "k"}
+
+
+def _with_secret_keys(**keys: str) -> local.TrainJob:
+    doc, _ = local.load_manifest(str(DIGITS))
+    doc["spec"]["storage"]["s3"]["credentialsSecret"].update(keys)
+    trainjob, _ = local.parse_trainjob(doc)
+    return trainjob
+
+
+def test_custom_secret_key_names_are_read_as_the_pods_read_them() -> None:
+    trainjob = _with_secret_keys(
+        accessKeyIdKey="access", secretAccessKeyKey="secret", sessionTokenKey="token"
+    )
+    secret = {
+        "kind": "Secret",
+        "metadata": {"name": "digits-s3"},
+        "data": {
+            "access": base64.b64encode(b"k").decode(),
+            "secret": base64.b64encode(b"s").decode(),
+        },
+        # Keys named like the variables are not what the TrainJob points at: ignored.
+        "stringData": {"token": "t", "AWS_ACCESS_KEY_ID": "not-this-one"},
+    }
+    assert local.secret_env(trainjob, [secret]) == {
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_SESSION_TOKEN": "t",
+    }
+
+
+def test_a_key_missing_from_the_secret_names_the_field_and_the_fix() -> None:
+    trainjob = _with_secret_keys(secretAccessKeyKey="secret")
+    secret = {
+        "kind": "Secret",
+        "metadata": {"name": "digits-s3"},
+        "stringData": {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
+    }
+    with pytest.raises(local.LocalRunError) as info:
+        local.secret_env(trainjob, [secret])
+    assert str(info.value) == (
+        "spec.storage.s3.credentialsSecret.secretAccessKeyKey: the Secret 'digits-s3' in the "
+        "manifest has no key 'secret' (it has ['AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY']); "
+        "add 'secret' to the Secret, or set secretAccessKeyKey to the key that holds it"
+    )
+
+
+def test_the_command_stops_on_a_missing_secret_key_before_training(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = DIGITS.read_text().replace(
+        "        name: digits-s3\n", "        name: digits-s3\n        secretAccessKeyKey: secret\n"
+    )
+    assert "secretAccessKeyKey: secret" in text
+    path = tmp_path / "digits.yaml"
+    path.write_text(text)
+    assert main(["run", str(path), "--local", "--s3-endpoint", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert "raytrain run: spec.storage.s3.credentialsSecret.secretAccessKeyKey:" in err
+
+
+def test_a_manifest_without_the_secret_leaves_credentials_to_the_environment() -> None:
+    trainjob, _, _ = _parsed(DIGITS)
+    assert local.secret_env(trainjob, []) == {}
 
 
 def test_the_command_exits_2_with_the_message(

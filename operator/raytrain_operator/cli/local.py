@@ -31,7 +31,6 @@ from raytrain_operator.builders.meta import Meta
 #: Namespace of the local run's stand-in UID: uuid5(LOCAL_UID_NAMESPACE, "<namespace>/<name>").
 LOCAL_UID_NAMESPACE = uuid.UUID("5b0f6f0e-9d5e-4c1a-9a43-6f1f3c0b7a11")
 DEFAULT_STORAGE_DIR = ".raytrain/storage"
-_AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
 class LocalRunError(ValueError):
@@ -165,19 +164,40 @@ def local_contract(
 
 
 def secret_env(trainjob: TrainJob, others: list[dict[str, Any]]) -> dict[str, str]:
-    """AWS credentials from the manifest's own Secret named by storage.s3.credentialsSecret."""
+    """AWS credentials from the manifest's own Secret named by storage.s3.credentialsSecret.
+
+    Read under the key names credentialsSecret gives (accessKeyIdKey, secretAccessKeyKey,
+    sessionTokenKey), as the pods' secretKeyRefs are: a Secret with custom key names works
+    locally exactly as in the cluster. A key the Secret lacks is an error, as it is for a pod.
+    Empty when the manifest does not carry that Secret (the environment may hold credentials).
+    """
     s3 = trainjob.spec.storage.s3
     if s3 is None or s3.credentials_secret is None:
         return {}
-    name = s3.credentials_secret.name
+    ref = s3.credentials_secret
+    wanted = {
+        "AWS_ACCESS_KEY_ID": ("accessKeyIdKey", ref.access_key_id_key),
+        "AWS_SECRET_ACCESS_KEY": ("secretAccessKeyKey", ref.secret_access_key_key),
+    }
+    if ref.session_token_key:
+        wanted["AWS_SESSION_TOKEN"] = ("sessionTokenKey", ref.session_token_key)
     for doc in others:
-        if doc.get("kind") != "Secret" or (doc.get("metadata") or {}).get("name") != name:
+        if doc.get("kind") != "Secret" or (doc.get("metadata") or {}).get("name") != ref.name:
             continue
         values: dict[str, str] = {}
         for key, value in (doc.get("data") or {}).items():
             values[key] = base64.b64decode(str(value)).decode()
         values.update({k: str(v) for k, v in (doc.get("stringData") or {}).items()})
-        return {k: v for k, v in values.items() if k in _AWS_KEYS}
+        env: dict[str, str] = {}
+        for var, (field, key) in wanted.items():
+            if key not in values:
+                raise LocalRunError(
+                    f"spec.storage.s3.credentialsSecret.{field}: the Secret {ref.name!r} in the "
+                    f"manifest has no key {key!r} (it has {sorted(values)}); add {key!r} to the "
+                    f"Secret, or set {field} to the key that holds it"
+                )
+            env[var] = values[key]
+        return env
     return {}
 
 
@@ -209,6 +229,10 @@ def run_local_command(args: argparse.Namespace) -> int:
             epochs=args.epochs,
             new_run=args.new_run,
         )
+        # Credentials already in the environment win over the manifest's Secret.
+        env = {}
+        if storage["type"] == "s3":
+            env = {k: v for k, v in secret_env(trainjob, others).items() if k not in os.environ}
     except LocalRunError as exc:
         print(f"raytrain run: {exc}", file=err)
         return 2
@@ -227,10 +251,6 @@ def run_local_command(args: argparse.Namespace) -> int:
     except ContractError as exc:
         print(f"raytrain run: {exc}", file=err)
         return 2
-    env = {}
-    if storage["type"] == "s3":
-        # Credentials already in the environment win over the manifest's Secret.
-        env = {k: v for k, v in secret_env(trainjob, others).items() if k not in os.environ}
     where = storage["path"] + (f" at {storage['endpoint']}" if storage.get("endpoint") else "")
     if not args.quiet:
         print(f"TrainJob {meta.namespace}/{meta.name}: run {contract.run_name}", file=err)
