@@ -1,11 +1,19 @@
-"""Prometheus metrics of the operator, served on --metrics-port at /metrics."""
+"""Prometheus metrics of the operator, served on --metrics-port at /metrics.
+
+Counters and histograms are counted where things happen. The TrainJob gauges are not kept at
+all: `TrainJobCollector` computes them when Prometheus scrapes, from the watch-fed index of
+TrainJob states (handlers/trainjobs.py), so they always match what the API server holds and a
+reconcile pass does no bookkeeping for them.
+"""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
 
 RECONCILES = Counter(
     "raytrain_reconciles_total",
@@ -17,12 +25,6 @@ RECONCILE_SECONDS = Histogram(
     "Time spent in one reconcile pass, by handler.",
     ["handler"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-)
-TRAINJOBS_BY_PHASE = Gauge("raytrain_trainjobs", "TrainJobs seen, by phase.", ["phase"])
-TRAINJOBS_BY_CONDITION = Gauge(
-    "raytrain_trainjob_conditions",
-    "TrainJobs with a condition True, by condition type.",
-    ["type"],
 )
 API_ERRORS = Counter(
     "raytrain_api_errors_total",
@@ -40,29 +42,80 @@ RAYJOB_CREATION_SECONDS = Histogram(
     buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
 )
 
-_lock = threading.Lock()
-_phases: dict[tuple[str, str], str] = {}
-_conditions: dict[tuple[str, str], frozenset[str]] = {}
+PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed", "Stalled")
+CONDITION_TYPES = (
+    "Created",
+    "Running",
+    "Suspended",
+    "Succeeded",
+    "Failed",
+    "Reconciling",
+    "Stalled",
+)
+
+#: One TrainJob as the index holds it: its phase and the types of its True conditions.
+TrainJobState = tuple[str, frozenset[str]]
 
 
-def observe_trainjob(
-    namespace: str, name: str, phase: str | None, true_conditions: frozenset[str]
-) -> None:
-    """Remember one TrainJob's phase and True conditions (None phase: it is gone)."""
-    key = (namespace, name)
-    with _lock:
-        if phase is None:
-            _phases.pop(key, None)
-            _conditions.pop(key, None)
-        else:
-            _phases[key] = phase
-            _conditions[key] = true_conditions
-        by_phase = Tally(_phases.values())
-        by_condition = Tally(t for conds in _conditions.values() for t in conds)
-    for p in ("Pending", "Running", "Suspended", "Succeeded", "Failed", "Stalled"):
-        TRAINJOBS_BY_PHASE.labels(phase=p).set(by_phase.get(p, 0))
-    for t in ("Created", "Running", "Suspended", "Succeeded", "Failed", "Reconciling", "Stalled"):
-        TRAINJOBS_BY_CONDITION.labels(type=t).set(by_condition.get(t, 0))
+class TrainJobCollector(Collector):
+    """`raytrain_trainjobs{phase}` and `raytrain_trainjob_conditions{type}` at scrape time."""
+
+    def __init__(self, states: Callable[[], Iterable[TrainJobState]]) -> None:
+        self.states = states
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        # Names only: registering must not read the index, which may still be filling.
+        yield from self._families(Tally(), Tally())
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        by_phase: Tally[str] = Tally()
+        by_condition: Tally[str] = Tally()
+        for phase, true_conditions in self._snapshot():
+            by_phase[phase] += 1
+            by_condition.update(true_conditions)
+        yield from self._families(by_phase, by_condition)
+
+    def _snapshot(self) -> list[TrainJobState]:
+        # kopf updates the index on its event loop while Prometheus scrapes in its own thread:
+        # a copy taken mid-update raises, and the next try sees the updated index.
+        for _ in range(5):
+            try:
+                return list(self.states())
+            except RuntimeError:
+                continue
+        return list(self.states())
+
+    @staticmethod
+    def _families(by_phase: Tally[str], by_condition: Tally[str]) -> Iterator[GaugeMetricFamily]:
+        phases = GaugeMetricFamily("raytrain_trainjobs", "TrainJobs, by phase.", labels=["phase"])
+        for phase in sorted(set(PHASES) | set(by_phase)):
+            phases.add_metric([phase], by_phase[phase])
+        yield phases
+        conditions = GaugeMetricFamily(
+            "raytrain_trainjob_conditions",
+            "TrainJobs with a condition True, by condition type.",
+            labels=["type"],
+        )
+        for kind in sorted(set(CONDITION_TYPES) | set(by_condition)):
+            conditions.add_metric([kind], by_condition[kind])
+        yield conditions
+
+
+_collectors: dict[int, TrainJobCollector] = {}
+
+
+def watch_trainjobs(
+    states: Callable[[], Iterable[TrainJobState]], registry: CollectorRegistry = REGISTRY
+) -> TrainJobCollector:
+    """Serve the TrainJob gauges from `states`; a second call (an operator restarted in the
+    same process, as in tests) replaces the first."""
+    old = _collectors.pop(id(registry), None)
+    if old is not None:
+        registry.unregister(old)
+    collector = TrainJobCollector(states)
+    registry.register(collector)
+    _collectors[id(registry)] = collector
+    return collector
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:

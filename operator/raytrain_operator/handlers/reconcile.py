@@ -148,10 +148,6 @@ def _reconcile(
             kopf.warn(body, reason=t.reason, message=message)
         else:
             kopf.info(body, reason=t.reason, message=message)
-    true_conditions = frozenset(
-        str(cond["type"]) for cond in plan.status["conditions"] if cond["status"] == "True"
-    )
-    metrics.observe_trainjob(meta.namespace, meta.name, plan.phase, true_conditions)
     if plan.recheck_after is not None:
         logger.debug(f"Next deadline, grace period or TTL due in {plan.recheck_after:.0f} s.")
     if plan.phase == machine.STALLED:

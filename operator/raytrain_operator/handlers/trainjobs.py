@@ -9,6 +9,7 @@ the resync timer, which it stops before letting the object go.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -70,6 +71,37 @@ def resync(
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="delete", optional=True)
-def on_delete(namespace: str | None, name: str, logger: kopf.Logger, **_: Any) -> None:
-    metrics.observe_trainjob(namespace or "", name, None, frozenset())
+def on_delete(logger: kopf.Logger, **_: Any) -> None:
     logger.info("TrainJob deleted; Kubernetes garbage-collects its RayJob, ConfigMap and RBAC.")
+
+
+def trainjob_state(status: Mapping[str, Any]) -> metrics.TrainJobState:
+    """A TrainJob's phase and True condition types, as its status on the API server says."""
+    phase = str(status.get("phase") or machine.PENDING)
+    true_conditions = frozenset(
+        str(c.get("type")) for c in status.get("conditions") or [] if c.get("status") == "True"
+    )
+    return phase, true_conditions
+
+
+@kopf.index(GROUP, VERSION, PLURAL, id="trainjob_states")
+def trainjob_states(
+    namespace: str | None, name: str, status: kopf.Status, **_: Any
+) -> dict[tuple[str | None, str], metrics.TrainJobState]:
+    """Every TrainJob's state, kept by the watch: the metrics collector reads it at scrape."""
+    return {(namespace, name): trainjob_state(status)}
+
+
+@kopf.on.startup(id="metrics")
+def serve_trainjob_metrics(
+    trainjob_states: kopf.Index[tuple[str | None, str], metrics.TrainJobState] | None = None,
+    **_: Any,
+) -> None:
+    # kopf passes every index to start-up handlers, empty at first and filled by the watch;
+    # the default only satisfies the type of a start-up handler.
+    index = trainjob_states if trainjob_states is not None else {}
+
+    def states() -> list[metrics.TrainJobState]:
+        return [state for store in index.values() for state in store]
+
+    metrics.watch_trainjobs(states)
