@@ -5,6 +5,12 @@ numWorkers/minWorkers/maxWorkers rules, workersPerPod divisibility, acceleratorT
 GPUs, exactly one storage. For every generated job: nothing crashes, every child name fits in
 63 characters with KubeRay's suffixes, every pod has the storage wiring and the contract mount,
 credentials appear only as secretKeyRef, and no tooling or GitOps key reaches a child.
+
+Secret-like sentinel values are planted in every generated job where a leak could come from:
+the parent's labels and annotations that must not be copied (tooling bookkeeping such as
+kubectl's last-applied-configuration, which holds whatever was applied; GitOps tracking; keys
+under someone else's prefix) and the pod overrides' tooling keys. A builder that copied any of
+them would put a sentinel into a child, and the credentials test fails.
 """
 
 from __future__ import annotations
@@ -22,8 +28,8 @@ from raytrain_operator.builders.names import DNS_LABEL_MAX, all_names, name_prob
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
 
-#: Values a Secret could hold. The builders are never given them; the rendered objects must
-#: not contain them either.
+#: Values a Secret could hold, planted in the inputs below under keys that must never reach a
+#: child; no rendered object may contain them.
 SENTINELS = ("AKIA-SENTINEL-ACCESS-KEY", "sentinel/secret+value==")
 TOOLING_KEYS = (
     "kubectl.kubernetes.io/last-applied-configuration",
@@ -36,6 +42,14 @@ TOOLING_KEYS = (
     "helm.toolkit.fluxcd.io/name",
 )
 
+#: Keys of the parent that are never copied: the tooling and GitOps keys, and any key under a
+#: prefix that is not on the allow-list (another tool's, like Vault's agent annotations).
+FOREIGN_KEYS = (
+    "vault.hashicorp.com/agent-inject-secret-s3",
+    "example.com/token",
+    "kopf.zalando.org/handler-progress",
+)
+
 dns_label = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?\Z")
 names = dns_label.filter(lambda s: len(s) <= MAX_NAME_LENGTH)
 plain_keys = st.from_regex(r"\A[a-z][a-z0-9]{0,10}\Z")
@@ -43,6 +57,19 @@ label_values = st.from_regex(r"\A[a-z0-9]{0,10}\Z")
 labels = st.dictionaries(
     st.one_of(plain_keys, st.sampled_from(TOOLING_KEYS)), label_values, max_size=6
 )
+#: At least one sentinel under a key that must not be copied (tooling, GitOps or foreign).
+planted = st.dictionaries(
+    st.sampled_from(TOOLING_KEYS + FOREIGN_KEYS), st.sampled_from(SENTINELS), min_size=1, max_size=4
+)
+#: Pod-level overrides keep the user's own keys but drop tooling keys.
+planted_tooling = st.dictionaries(
+    st.sampled_from(TOOLING_KEYS), st.sampled_from(SENTINELS), min_size=1, max_size=2
+)
+
+
+def _with(base: st.SearchStrategy[dict[str, str]], extra: st.SearchStrategy[dict[str, str]]) -> Any:
+    return st.tuples(base, extra).map(lambda pair: {**pair[0], **pair[1]})
+
 
 cpu = st.one_of(
     st.integers(1, 64),
@@ -131,8 +158,8 @@ overrides = st.fixed_dictionaries(
             max_size=3,
         ),
         "serviceAccountName": dns_label,
-        "labels": labels,
-        "annotations": labels,
+        "labels": _with(labels, planted_tooling),
+        "annotations": _with(labels, planted_tooling),
     },
 )
 
@@ -160,8 +187,8 @@ def trainjobs(draw: st.DrawFn) -> tuple[TrainJob, Meta, int]:
         namespace=draw(dns_label),
         uid=str(draw(st.uuids())),
         generation=draw(st.integers(1, 1000)),
-        labels=draw(labels),
-        annotations=draw(labels),
+        labels=draw(_with(labels, planted)),
+        annotations=draw(_with(labels, planted)),
     )
     tj = TrainJob.model_validate({"metadata": {"name": name}, "spec": spec})
     return tj, meta, draw(st.integers(0, 100))
@@ -251,8 +278,11 @@ def test_credentials_only_by_reference(case: tuple[TrainJob, Meta, int]) -> None
         build_contract_configmap(tj, meta, attempt),
         *build_rbac(tj, meta),
     ]
+    # The sentinels are in the input (so the check below can fail), and nowhere in the output.
+    assert any(v in SENTINELS for v in [*meta.labels.values(), *meta.annotations.values()])
     text = json.dumps(objs)
-    assert not any(sentinel in text for sentinel in SENTINELS)
+    leaked = [sentinel for sentinel in SENTINELS if sentinel in text]
+    assert not leaked, f"{leaked} reached a child: {text[:2000]}"
     for template in _pod_templates(objs[0]):
         for var in template["spec"]["containers"][0]["env"]:
             if var["name"] in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
