@@ -267,7 +267,10 @@ apply_crds() {
   shift
   # Server-side apply: the KubeRay CRDs are too big for client-side apply's annotation.
   kc apply --server-side --force-conflicts --field-manager=raytrain-cluster "$@" >/dev/null
-  kc wait --for=condition=Established --timeout="${TIMEOUT}s" "$@" >/dev/null ||
+  # Retried: right after the apply, kubectl wait can fail at once on a CRD whose
+  # status.conditions the API server has not filled in yet ("accessor error: <nil>").
+  wait_until "$TIMEOUT" "$what CRDs Established" \
+    kc wait --for=condition=Established --timeout=10s "$@" ||
     die "$what CRDs not Established within ${TIMEOUT}s"
 }
 

@@ -294,8 +294,12 @@ import_archive() {
   local archive="$1"
   [ -f "$archive" ] || die "image archive '$archive' not found (a docker-archive or OCI archive .tar)"
   proc_pid containerd >/dev/null || die "the real node's containerd is not running (cluster.sh up --real-node)"
-  ctr_ images import "$archive" >&2 ||
+  local t0=$SECONDS
+  if ! ctr_ images import "$archive" >>"$RN/logs/import.log" 2>&1; then
+    tail -n 5 "$RN/logs/import.log" >&2
     die "ctr could not import '$archive'; is it a docker-archive or OCI archive?"
+  fi
+  log "imported $archive in $((SECONDS - t0))s"
 }
 
 node_ready() {

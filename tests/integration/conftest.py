@@ -124,6 +124,8 @@ class _ClusterSession:
         self.skip_reason: str | None = None
         self.fail_reason: str | None = None
         self.started_here = False
+        # Set before prepare() when a selected test is marked `realnode` (see pytest_runtestloop).
+        self.real_node = False
         self.log_path = Path(tempfile.gettempdir()) / f"raytrain-cluster-up-{os.getpid()}.log"
         self._prepared = False
 
@@ -177,6 +179,7 @@ class _ClusterSession:
             # No timeout: the first build is long, and its progress is in the log.
             proc = subprocess.run(
                 ["bash", str(CLUSTER_SH), "up"],
+                env={**os.environ, "RAYTRAIN_REAL_NODE": "1"} if self.real_node else None,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -239,6 +242,11 @@ def pytest_runtestloop(session: pytest.Session) -> Iterator[None]:
     # build; and only if a selected test needs it.
     manager = session.config.stash[_SESSION_KEY]
     wanted = any("kube_cluster" in getattr(item, "fixturenames", ()) for item in session.items)
+    # A real node starts only inside a network namespace (e2e/netns/run.sh sets RAYTRAIN_NETNS);
+    # elsewhere the realnode tests say how to run them, and the rest run without it.
+    manager.real_node = bool(os.environ.get("RAYTRAIN_NETNS")) and any(
+        item.get_closest_marker("realnode") for item in session.items
+    )
     if wanted and not session.config.option.collectonly:
         manager.prepare()
     try:
