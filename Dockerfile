@@ -2,69 +2,105 @@
 # Two images from one file:
 #   docker build --target operator        -t raytrain/operator:0.1.0 .
 #   docker build --target trainer-runtime -t raytrain/trainer-runtime:0.1.0 .
+# Without a Docker daemon, e2e/images/build.sh builds both with buildah on a base image made
+# from Debian packages (PYTHON_IMAGE=localhost/raytrain-base:...) and a local wheelhouse.
 #
 # Base: the official python:3.11 slim image (Debian bookworm), pinned by its full tag. We could
 # not resolve registry digests where this file was written; pin by digest in your own build
 # (`docker buildx imagetools inspect python:3.11.14-slim-bookworm`) for reproducible images.
+# Either base works: python:slim has Python in /usr/local; Debian's python3 lives in /usr and
+# refuses `pip install` outside a venv unless PIP_BREAK_SYSTEM_PACKAGES=1. On both, pip as root
+# installs into /usr/local, which is on the PATH of KubeRay's login shells.
 # Why not rayproject/ray for the runtime: it brings its own Ray (and Python) version, which would
 # have to match the `runtime` extra exactly; one Python and one resolver run keep the operator,
 # the runtime and Ray in step. GPUs still work: PyPI's torch wheels carry the CUDA runtime as
 # nvidia-* wheels, and the NVIDIA container toolkit on the node supplies the driver.
+#
+# Each image is one stage on top of the shared python-base: the dependency layer of the final
+# image is the layer the next build reuses, so the multi-GB runtime dependencies exist once in
+# the image store (a copy from a builder stage would store them twice). pip runs without a cache
+# and there is no compiler, so a builder stage would save nothing.
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
-# ------------------------------------------------------------------------- shared builder base
-FROM ${PYTHON_IMAGE} AS build-base
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY operator/ operator/
-COPY trainer_runtime/ trainer_runtime/
+# ------------------------------------------------------------------------------- python-base
+FROM ${PYTHON_IMAGE} AS python-base
+# PIP_BREAK_SYSTEM_PACKAGES: see the header (python:slim ignores it); kept in the images so
+# images built FROM ours can `pip install` on either base.
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
+    PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+WORKDIR /opt/raytrain
+# The dependency layers depend on these two files only, so a change to the source rebuilds
+# nothing but the small project layer.
+COPY constraints.txt pyproject.toml ./
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+open('requirements-core.txt', 'w').write('\n'.join(p['dependencies']) + '\n'); \
+open('requirements-runtime.txt', 'w').write('\n'.join(p['optional-dependencies']['runtime']) + '\n')"
+# Every `pip install` below:
+# - takes its files from a wheelhouse when the build mounts one at /wheels
+#   (`buildah bud -v ~/.cache/raytrain/wheels:/wheels:ro`; e2e/images/build.sh fills it from
+#   constraints.txt) and then never reaches the index; without one it downloads from PyPI;
+# - gets the pins through PIP_CONSTRAINT (not `-c`) so they also reach the isolated environment
+#   pip builds the project in. Set per RUN, not ENV: a user's `pip install` in an image built
+#   FROM ours is not bound to our pins.
 
 # --------------------------------------------------------------------------------- operator
-# The light install: kopf, kubernetes, pydantic, prometheus-client, boto3. No torch, no Ray.
-FROM build-base AS operator-build
-RUN pip install .
-
-FROM ${PYTHON_IMAGE} AS operator
-# Everything pip installed lives under /usr/local; the final stage copies it and no compiler,
-# pip cache or source tree comes along.
-COPY --from=operator-build /usr/local /usr/local
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# The light install: kopf, kubernetes, pydantic, prometheus-client. No torch, no Ray.
+FROM python-base AS operator
+RUN if [ -n "$(ls /wheels 2>/dev/null)" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels; fi \
+ && PIP_CONSTRAINT=/opt/raytrain/constraints.txt pip install -r requirements-core.txt
+# The allow-list in .dockerignore decides what the source is; it stays behind in this layer
+# (a few MB), removed from the file system below.
+COPY . /tmp/src
+RUN if [ -n "$(ls /wheels 2>/dev/null)" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels; fi \
+ && PIP_CONSTRAINT=/opt/raytrain/constraints.txt pip install --no-deps /tmp/src \
+ && pip check && rm -rf /tmp/src
 # A fixed numeric user so `runAsNonRoot` can verify it; the chart runs as the same uid.
 RUN groupadd --gid 10001 raytrain && useradd --uid 10001 --gid 10001 --no-create-home \
       --home-dir /nonexistent --shell /usr/sbin/nologin raytrain
+WORKDIR /
 USER 10001:10001
 # Metrics (/metrics) and liveness (/healthz).
 EXPOSE 8080 8081
+# kopf handles SIGTERM itself, so Python can be PID 1 here.
 ENTRYPOINT ["python", "-m", "raytrain_operator"]
 
 # -------------------------------------------------------------------------- trainer runtime
-FROM build-base AS runtime-build
-# torch from PyPI is the CUDA build (several GB). For CPU-only clusters or CI, pass
-#   --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# to install the CPU wheel of torch first; the runtime extra then finds it already satisfied.
-ARG TORCH_INDEX_URL=""
-# Versions come from pyproject.toml's ranges (one place to pin them), not from this file.
-# hadolint ignore=DL3013
-RUN if [ -n "$TORCH_INDEX_URL" ]; then pip install --index-url "$TORCH_INDEX_URL" torch; fi \
- && pip install '.[runtime]'
-
-FROM ${PYTHON_IMAGE} AS trainer-runtime
-# KubeRay's injected probes and its job submitter run `wget` and `bash` inside Ray containers.
-# Unpinned on purpose: take the distribution's security updates at each build.
+FROM python-base AS trainer-runtime
+# KubeRay's injected probes and its job submitter run `wget` and `bash` inside Ray containers;
+# tini is the PID 1 that forwards SIGTERM (a Python PID 1 without a handler ignores it). The
+# Debian-packages base already has both; on python:slim they come from apt, unpinned on
+# purpose to take the distribution's security updates at each build.
 # hadolint ignore=DL3008
-RUN apt-get update \
- && apt-get install -y --no-install-recommends wget \
- && rm -rf /var/lib/apt/lists/*
+RUN if ! command -v wget >/dev/null || ! command -v tini >/dev/null; then \
+      apt-get update \
+      && apt-get install -y --no-install-recommends wget tini \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi
+# torch from PyPI is the CUDA build (several GB). For CPU-only clusters, pass
+#   --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# to install the CPU wheel of torch first (same version: constraints.txt pins it); the runtime
+# extra then finds it already satisfied.
+ARG TORCH_INDEX_URL=""
+RUN if [ -n "$(ls /wheels 2>/dev/null)" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels; fi \
+ && export PIP_CONSTRAINT=/opt/raytrain/constraints.txt \
+ && if [ -n "$TORCH_INDEX_URL" ]; then pip install --index-url "$TORCH_INDEX_URL" torch; fi \
+ && pip install -r requirements-core.txt -r requirements-runtime.txt
+RUN groupadd --gid 1000 ray && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash ray
 # Into /usr/local (not a venv): KubeRay starts Ray through a login shell, which resets PATH to
 # the system default, and /usr/local/bin is on it.
-COPY --from=runtime-build /usr/local /usr/local
-RUN groupadd --gid 1000 ray && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash ray
+COPY . /tmp/src
+RUN if [ -n "$(ls /wheels 2>/dev/null)" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels; fi \
+ && PIP_CONSTRAINT=/opt/raytrain/constraints.txt pip install --no-deps /tmp/src \
+ && pip check && rm -rf /tmp/src
 WORKDIR /app
 # The examples ship in the image so examples/*.yaml run as they are
 # (entrypoint examples.digits.train:train_loop_per_worker).
 COPY --chown=1000:1000 examples/ /app/examples/
-ENV PYTHONPATH=/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+ENV PYTHONPATH=/app
 USER 1000:1000
-# The RayJob entrypoint the operator sets; KubeRay replaces it with `ray start` in cluster pods.
+# tini as PID 1 forwards SIGTERM to the default command. KubeRay replaces the container's
+# command (`ray start` through bash) in Ray pods, so there the pod spec decides what PID 1 is;
+# /usr/bin/tini is there for it.
+ENTRYPOINT ["/usr/bin/tini", "--"]
+# The RayJob entrypoint the operator sets.
 CMD ["python", "-m", "trainer_runtime"]

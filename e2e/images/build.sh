@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Build the operator and trainer-runtime images from the Dockerfile without a Docker daemon
+# (buildah), check each one by running it, and save them as docker-archive tarballs that
+# containerd imports (e2e/images/import.sh).
+#
+#   e2e/images/build.sh [--check]
+#
+# Run it outside any network namespace: it needs the Debian mirror (base image, first run) and
+# PyPI (wheelhouse, when constraints.txt changes). Steps, each cached under
+# ${RAYTRAIN_CACHE:-~/.cache/raytrain}:
+#   1. base image from Debian packages (e2e/images/base.sh), keyed on its package list;
+#   2. wheelhouse wheels/: one wheel per pin of constraints.txt, downloaded once (torch's CUDA
+#      build is several GB), mounted read-only into the build so pip never reaches the index;
+#   3. images/<target>-<key>.tar, where <key> hashes every build input (the files .dockerignore
+#      lets in, the Dockerfile, the base image, these scripts). A warm run only hashes.
+# --check reports whether the archives are current (exit 1 if a build is due) and builds
+# nothing. The last two lines of output are machine-readable:
+#   OPERATOR_ARCHIVE=<path> OPERATOR_IMAGE=<ref>
+#   RUNTIME_ARCHIVE=<path> RUNTIME_IMAGE=<ref>
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+CACHE="${RAYTRAIN_CACHE:-$HOME/.cache/raytrain}"
+IMAGES="$CACHE/images"
+WHEELS="$CACHE/wheels"
+PYTHON="${PYTHON:-python3}"
+
+CHECK_ONLY=0
+for arg in "$@"; do
+  case "$arg" in
+    --check) CHECK_ONLY=1 ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "build.sh: unknown argument '$arg' (accepted: --check)" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf '[images %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+# The tag is the project's version: the chart's appVersion and examples/*.yaml name the images
+# raytrain/operator:<version> and raytrain/trainer-runtime:<version>, which containerd stores
+# as docker.io/..., so imported images are found without a registry (imagePullPolicy Never or
+# IfNotPresent).
+version="$("$PYTHON" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$ROOT/pyproject.toml")"
+OPERATOR_IMAGE="docker.io/raytrain/operator:${IMAGE_TAG:-$version}"
+RUNTIME_IMAGE="docker.io/raytrain/trainer-runtime:${IMAGE_TAG:-$version}"
+
+# Every file that goes into the build context, per the allow-list in .dockerignore.
+context_files() {
+  local entry
+  sed -n 's|^!\(.*\)|\1|p' "$ROOT/.dockerignore" | while read -r entry; do
+    entry="${entry%/}"
+    [ -e "$ROOT/$entry" ] || continue
+    (cd "$ROOT" && find "$entry" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
+      ! -path '*.egg-info/*')
+  done | LC_ALL=C sort
+}
+
+input_key() {
+  {
+    (cd "$ROOT" && { echo Dockerfile; echo .dockerignore; context_files; } | xargs -d '\n' sha256sum)
+    (cd "$HERE" && sha256sum build.sh base.sh check.sh)
+    echo "$OPERATOR_IMAGE $RUNTIME_IMAGE"
+  } | sha256sum | cut -c1-16
+}
+
+key="$(input_key)"
+operator_tar="$IMAGES/operator-$key.tar"
+runtime_tar="$IMAGES/trainer-runtime-$key.tar"
+
+print_result() {
+  echo "OPERATOR_ARCHIVE=$operator_tar OPERATOR_IMAGE=$OPERATOR_IMAGE"
+  echo "RUNTIME_ARCHIVE=$runtime_tar RUNTIME_IMAGE=$RUNTIME_IMAGE"
+}
+
+if [ -f "$operator_tar" ] && [ -f "$runtime_tar" ]; then
+  log "archives for input key $key are current"
+  print_result
+  exit 0
+fi
+if [ "$CHECK_ONLY" = 1 ]; then
+  log "a build is due: no archives for input key $key"
+  exit 1
+fi
+
+# --------------------------------------------------------------------- 1. base image
+base="$(bash "$HERE/base.sh" | tail -n 1)"
+# base.sh names the image after its own key, and base.sh is hashed into ours.
+
+# --------------------------------------------------------------------- 2. wheelhouse
+# pip wheel runs on this machine, so it must resolve wheels for the images' interpreter.
+platform="$("$PYTHON" -c 'import platform, sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}-{platform.system()}-{platform.machine()}")')"
+if [ "$platform" != "3.11-Linux-x86_64" ]; then
+  echo "build.sh: PYTHON=$PYTHON is $platform; the wheelhouse needs CPython 3.11 on Linux" \
+    "x86_64 (the images' interpreter). Set PYTHON to such a python3.11." >&2
+  exit 1
+fi
+mkdir -p "$WHEELS" "$IMAGES"
+# Only pins without a wheel in the wheelhouse are fetched: a change of one pin downloads one
+# wheel, not torch again. Old versions stay until you delete the directory.
+missing="$(mktemp)"
+trap 'rm -f "$missing"' EXIT
+"$PYTHON" - "$ROOT/constraints.txt" "$WHEELS" >"$missing" <<'PY'
+import os, re, sys
+canon = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+have = set()
+for wheel in os.listdir(sys.argv[2]):
+    if wheel.endswith(".whl"):
+        name, version = wheel.split("-")[:2]
+        have.add((canon(name), version))
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if line:
+        name, version = line.split("==")
+        if (canon(name), version) not in have:
+            print(line)
+PY
+if [ -s "$missing" ]; then
+  log "wheelhouse: fetching $(wc -l <"$missing") wheels into $WHEELS"
+  # --no-deps: constraints.txt is already the whole resolved set.
+  env -u PIP_FIND_LINKS -u PIP_CONSTRAINT nice -n 10 "$PYTHON" -m pip wheel --quiet --no-deps \
+    --wheel-dir "$WHEELS" -r "$missing" >&2
+fi
+
+# --------------------------------------------------------------------- 3. images
+build_target() { # target image archive check-command...
+  local target="$1" image="$2" archive="$3"
+  shift 3
+  log "buildah bud --target $target (base $base)"
+  # --network=host: buildah's default network is podman's CNI bridge, which changes host
+  # sysctls and iptables. --layers: a source change rebuilds only the small project layer.
+  # --force-rm: a failed build leaves no working container (and its GBs) behind.
+  nice -n 10 buildah bud --pull=never --isolation=chroot --network=host --layers --force-rm \
+    --build-arg "PYTHON_IMAGE=$base" -v "$WHEELS:/wheels:ro" \
+    --target "$target" -t "$image" -f "$ROOT/Dockerfile" "$ROOT" >&2
+  log "checking $image"
+  bash "$HERE/check.sh" "$target" "$image" >&2
+  log "saving $image to $archive"
+  rm -f "$archive.tmp"
+  buildah push --quiet "$image" "docker-archive:$archive.tmp:$image" >&2
+  mv "$archive.tmp" "$archive"
+}
+
+build_target operator "$OPERATOR_IMAGE" "$operator_tar"
+build_target trainer-runtime "$RUNTIME_IMAGE" "$runtime_tar"
+
+# The runtime is several GB: keep only the current pair of archives, and drop the layers of
+# earlier builds from buildah's store. Those are the untagged images without children that
+# carry base.sh's label (every image built on our base inherits it); the cached layers of the
+# current images are their ancestors, so they stay.
+find "$IMAGES" -maxdepth 1 \( -name 'operator-*.tar' -o -name 'trainer-runtime-*.tar' \) \
+  ! -name "operator-$key.tar" ! -name "trainer-runtime-$key.tar" -delete
+buildah images --quiet --filter dangling=true --filter label=dev.raytrain.base-key |
+  xargs -r buildah rmi >/dev/null
+log "done: $(du -h "$operator_tar" | cut -f1) operator, $(du -h "$runtime_tar" | cut -f1) runtime"
+print_result

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Regenerate constraints.txt: the exact version of every package the images install, from a
+# fresh resolution of pyproject.toml (core dependencies + the `runtime` extra + the build
+# backend) against PyPI. Run it after any change to pyproject.toml's dependencies:
+#
+#   bash scripts/pin-constraints.sh            (PYTHON=python3.11 to pick the interpreter)
+#
+# The resolver runs with --dry-run --ignore-installed, so nothing on this machine changes and
+# what is installed here does not steer the result. It must run on CPython 3.11 on Linux
+# x86_64, the interpreter and platform of both image bases, because the resolution follows
+# environment markers (nvidia-* wheels come with torch on Linux only).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+OUT="$ROOT/constraints.txt"
+
+platform="$("$PYTHON" -c 'import platform, sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}-{platform.system()}-{platform.machine()}")')"
+if [ "$platform" != "3.11-Linux-x86_64" ]; then
+  echo "pin-constraints.sh: PYTHON=$PYTHON is $platform; the images run CPython 3.11 on" \
+    "Linux x86_64. Set PYTHON to a python3.11 on such a machine." >&2
+  exit 1
+fi
+
+report="$(mktemp)"
+trap 'rm -f "$report"' EXIT
+# Build requirements come from [build-system].requires: pip builds the project inside the
+# image from the same pinned set, without reaching the index when a wheelhouse is mounted.
+mapfile -t build_reqs < <("$PYTHON" - "$ROOT/pyproject.toml" <<'PY'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    print("\n".join(tomllib.load(f)["build-system"]["requires"]))
+PY
+)
+# PIP_FIND_LINKS and friends from this machine's pip config must not add or hide candidates.
+env -u PIP_FIND_LINKS -u PIP_CONSTRAINT -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL \
+  "$PYTHON" -m pip install --quiet --dry-run --ignore-installed --report "$report" \
+  "$ROOT[runtime]" "${build_reqs[@]}"
+
+"$PYTHON" - "$report" "$OUT" <<'PY'
+import json, re, sys
+report_path, out_path = sys.argv[1], sys.argv[2]
+with open(report_path) as f:
+    report = json.load(f)
+pins = {}
+for item in report["install"]:
+    url = item["download_info"]["url"]
+    if url.startswith("file:"):
+        continue  # the project itself, built from the source tree
+    meta = item["metadata"]
+    pins[re.sub(r"[-_.]+", "-", meta["name"]).lower()] = meta["version"]
+header = """\
+# Exact versions of every package the operator and trainer-runtime images install: the core
+# dependencies, the `runtime` extra and the build backend, resolved together for CPython 3.11
+# on Linux x86_64. Generated from pyproject.toml; do not edit by hand. Regenerate with
+#   bash scripts/pin-constraints.sh
+# after changing pyproject.toml's dependencies (e2e/images/build.sh then rebuilds the images).
+"""
+with open(out_path, "w") as f:
+    f.write(header)
+    f.writelines(f"{name}=={pins[name]}\n" for name in sorted(pins))
+print(f"{out_path}: {len(pins)} pins", file=sys.stderr)
+PY
