@@ -304,8 +304,9 @@ def harden_pod(pod: dict[str, Any], grace_seconds: int | None) -> None:
     it, and we would then own the generated `ray start` line). A bash or Python PID 1 has no
     SIGTERM handler and the kernel drops signals a PID 1 does not handle: every delete waited
     the whole grace period, then SIGKILL. With a shared process namespace the pause process is
-    PID 1 (and reaps orphans); the container's process takes SIGTERM's default action and exits
-    and the container runtime stops the rest of the container, so a pod goes in about a second
+    PID 1 (and reaps orphans); the container's process takes SIGTERM's default action and exits,
+    and the runtime kills the rest of a container that shares a PID namespace when its first
+    process exits (containerd's runc shim, ShouldKillAllOnExit), so a pod goes in about a second
     however long the grace period is. The grace period is then the budget of what runs before
     that SIGTERM, a preStop hook such as one that lets a checkpoint upload finish. The price of
     sharing, containers of the pod seeing each other's processes, is paid between containers
