@@ -27,7 +27,6 @@ import os
 import pathlib
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,9 @@ import time
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from _ports import free_port  # noqa: E402  (one helper, shared with the tests)
+
 GROUP, VERSION, PLURAL = "raytrain.dev", "v1alpha1", "trainjobs"
 COUNTED = {
     "trainjobs",
@@ -182,12 +184,6 @@ def main() -> int:
                 check=False,
                 stdout=subprocess.DEVNULL,
             )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def recreate_namespace(core: Any, custom: Any, ns: str) -> None:
