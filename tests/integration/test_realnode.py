@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _required import required
 from _wait import wait_for
 from conftest import CLUSTER_SH, REPO, KubeCluster
 
@@ -86,7 +87,7 @@ def real_node(kube_cluster: KubeCluster) -> KubeCluster:
             "the real node runs only inside a network namespace: "
             "bash e2e/netns/run.sh python -m pytest -m realnode tests/integration/test_realnode.py"
         )
-        if os.environ.get("CI", "").lower() == "true":
+        if required():
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
     node = kube_cluster.kubectl("get", "node", NODE, check=False)
