@@ -54,12 +54,12 @@ prereqs:
 demo: install
 	bash scripts/demo.sh
 
+# import-linter runs through the interpreter: it has no `python -m` entry, and its console
+# script is not on PATH when the virtualenv is not activated (make PYTHON=.venv/bin/python).
 lint: install
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy $(PKGS)
-	@# import-linter has no `python -m` entry; its console script is not on PATH when the
-	@# virtualenv is not activated (make PYTHON=.venv/bin/python).
 	$(PYTHON) -c 'from importlinter.cli import lint_imports_command; lint_imports_command()'
 
 # pytest exits 5 when it collects no test, so a suite that runs nothing fails here too.
