@@ -80,7 +80,9 @@ wait_until() {
 }
 
 cluster_exists() {
-  [ -x "$KWOKCTL" ] && "$KWOKCTL" get clusters 2>/dev/null | grep -qx "$CLUSTER"
+  # Not grep -q: exiting at the first match would kill kwokctl with SIGPIPE while it still
+  # lists other clusters, and pipefail would turn that into "no such cluster".
+  [ -x "$KWOKCTL" ] && "$KWOKCTL" get clusters 2>/dev/null | grep -x "$CLUSTER" >/dev/null
 }
 
 api_ready() {
@@ -391,6 +393,7 @@ cmd_down() {
   fi
   stop_operator
   if cluster_exists; then
+    mkdir -p "$STATE" # for the log, after a down that failed half-way
     "$KWOKCTL" delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG_PATH" \
       </dev/null >>"$KWOKCTL_LOG" 2>&1 || die "kwokctl delete cluster failed (see $KWOKCTL_LOG)"
     log "cluster deleted"
