@@ -30,7 +30,9 @@ __all__ = ["crds", "operator"]  # fixtures
 FIELD_MANAGER = "raytrain-operator"
 
 
-def managers(obj: dict[str, Any]) -> set[tuple[str, str]]:
+def managers(cluster: KubeCluster, ns: str, kind: str, name: str) -> set[tuple[str, str]]:
+    """(manager, operation) pairs of its managedFields (kubectl hides them unless asked)."""
+    obj = cluster.get_json(kind, name, "-n", ns, "--show-managed-fields")
     return {(m["manager"], m["operation"]) for m in obj["metadata"].get("managedFields") or []}
 
 
@@ -45,7 +47,8 @@ def test_owned_children_that_drifted_are_applied_back(
     )
     cm = get(kube_cluster, ns, "configmap", f"{name}-contract")
     assert cm is not None
-    assert (FIELD_MANAGER, "Update") in managers(cm), managers(cm)  # created by us
+    # created by us
+    assert (FIELD_MANAGER, "Update") in managers(kube_cluster, ns, "configmap", f"{name}-contract")
     contract = cm["data"]["contract.json"]
     role = get(kube_cluster, ns, "role", f"{name}-runtime")
     assert role is not None
@@ -65,7 +68,7 @@ def test_owned_children_that_drifted_are_applied_back(
         return obj if obj and obj["data"].get("contract.json") == contract else None
 
     cm = wait_for(reapplied, T_CREATE, "the contract ConfigMap applied back")
-    assert (FIELD_MANAGER, "Apply") in managers(cm), managers(cm)
+    assert (FIELD_MANAGER, "Apply") in managers(kube_cluster, ns, "configmap", f"{name}-contract")
     # Server-side apply sets what we own and leaves a key someone else added.
     assert cm["data"]["extra"] == "kept"
     assert (get(kube_cluster, ns, "role", f"{name}-runtime") or {})["rules"] == role["rules"]

@@ -42,10 +42,10 @@ def on_change(
     rayclusters: kopf.Index[Any, Any] | None = None,
     **_: Any,
 ) -> None:
-    """Creation, a spec change and the operator's start: one pass, labelled by what woke it.
+    """Creation, a spec change and the operator's start: one pass, labelled with the cause.
 
-    The ids stay those of the three handlers this replaced: kopf stores handler progress under
-    them, so a retry that was under way at an upgrade carries on.
+    Three registrations of one function, each with an explicit id: kopf stores a handler's
+    progress under its id, and logs name it ("Handler 'create' succeeded").
     """
     handler = kopf.Reason(reason).value
     _retry_if_stalled(reconcile(handler, body, patch, logger, rayjobs, rayclusters))
