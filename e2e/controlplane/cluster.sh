@@ -178,7 +178,7 @@ require_netns_for_real_node() {
       "that node, pod and Service addresses never exist in the host's namespace; run:" \
       "bash e2e/netns/run.sh bash $0 up --real-node"
   fi
-  bash "$REPO/e2e/realnode/build.sh" --check >/dev/null 2>&1 ||
+  bash "$REPO/e2e/realnode/build.sh" --check debs containerd kubelet coredns images >/dev/null 2>&1 ||
     die "the real node's binaries are not built or its Debian packages are missing, and a" \
       "network namespace cannot download: run 'bash e2e/realnode/build.sh' outside it first"
 }
