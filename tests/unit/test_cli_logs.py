@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from raytrain_operator.builders.pods import SUBMITTER_CONTAINER
 from raytrain_operator.cli import build_parser, cluster, driverlog
@@ -214,3 +214,53 @@ def test_logs_before_a_rayjob_exists(
     core, code = _run_logs(monkeypatch, [], {"phase": "Pending"})
     assert code == 1 and core.selectors == []
     assert "has no RayJob yet" in capsys.readouterr().err
+
+
+class _FakeWatch:
+    """One event per stream: the pods changed."""
+
+    calls: list[dict[str, Any]] = []
+
+    def stream(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        _FakeWatch.calls.append(kwargs)
+        yield {"type": "MODIFIED"}
+
+
+def test_follow_waits_for_the_submitter_container_to_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    listings = [
+        [],
+        [_pod("digits-0-aaaaa", "t", state={"waiting": {"reason": "ContainerCreating"}})],
+        [_pod("digits-0-aaaaa", "t", state={"running": {}})],
+    ]
+    core = _FakeCore([])
+    core.list_namespaced_pod = lambda namespace, label_selector: SimpleNamespace(  # type: ignore[method-assign]
+        items=listings.pop(0), metadata=SimpleNamespace(resource_version="7")
+    )
+    trainjob = {"metadata": {"name": "digits"}, "status": {"phase": "Created"}}
+    monkeypatch.setattr(cluster, "_get", lambda api_client, ns, name: trainjob)
+    monkeypatch.setattr(client, "CoreV1Api", lambda api_client: core)
+    _FakeWatch.calls = []
+    monkeypatch.setattr(watch, "Watch", _FakeWatch)
+
+    name = cluster._wait_for_submitter(client.ApiClient(), "team-a", "digits", "digits-0")
+    assert name == "digits-0-aaaaa" and listings == []
+    # it watched from each listing's version instead of polling
+    assert [c["resource_version"] for c in _FakeWatch.calls] == ["7", "7"]
+    err = " ".join(capsys.readouterr().err.split())
+    assert "waiting for KubeRay's submitter pod of RayJob digits-0" in err
+    assert "waiting for the submitter pod digits-0-aaaaa (ContainerCreating)" in err
+
+
+def test_follow_gives_up_when_the_job_ended_without_a_submitter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    core = _FakeCore([])
+    trainjob = {"metadata": {"name": "digits"}, "status": {"phase": "Failed"}}
+    monkeypatch.setattr(cluster, "_get", lambda api_client, ns, name: trainjob)
+    monkeypatch.setattr(cluster, "_rayjob", lambda api_client, ns, name: None)
+    monkeypatch.setattr(cluster, "_job_exists", lambda api_client, ns, name: False)
+    monkeypatch.setattr(client, "CoreV1Api", lambda api_client: core)
+    with pytest.raises(cluster.CLIError, match="is gone: the TrainJob is Failed"):
+        cluster._wait_for_submitter(client.ApiClient(), "team-a", "digits", "digits-0")
