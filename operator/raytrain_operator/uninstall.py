@@ -12,6 +12,11 @@ TrainJob holding our finalizer, in one of two modes (env `TRAINJOBS`):
 `WATCH_NAMESPACES` (comma-separated) limits it to the operator's namespaces; empty means the
 whole cluster. Both the current finalizer and the pre-0.2 one are stripped. Only TrainJobs are
 touched, and only our finalizers on them.
+
+Before stripping, the operator's Deployment (`OPERATOR_DEPLOYMENT`, `namespace/name`) is scaled
+to zero and its pods waited for: kopf puts its finalizer back on any TrainJob it sees without
+one, so while the operator runs, a stripped finalizer returns within moments. Helm deletes the
+Deployment right after this hook anyway.
 """
 
 from __future__ import annotations
@@ -35,6 +40,17 @@ OURS = (FINALIZER, LEGACY_FINALIZER)
 #: Passes over what is left: a 409 (the object changed meanwhile) is retried on the next one.
 STRIP_PASSES = 5
 POLL_SECONDS = 2.0
+#: Longest wait for the operator's pods to go: past kopf's graceful exit and a pod's default
+#: 30 s grace period, and inside the 120 s the chart's Job allows beyond uninstall.timeoutSeconds.
+STOP_SECONDS = 90.0
+
+
+class DeploymentApi(Protocol):
+    """The calls of kubernetes.client.AppsV1Api this module makes."""
+
+    def read_namespaced_deployment(self, name: str, namespace: str) -> Any: ...
+
+    def patch_namespaced_deployment_scale(self, name: str, namespace: str, body: Any) -> Any: ...
 
 
 class TrainJobApi(Protocol):
@@ -60,6 +76,8 @@ class Options:
     mode: str
     namespaces: list[str]
     timeout_seconds: float
+    #: (namespace, name) of the operator's Deployment, stopped before finalizers are stripped.
+    operator: tuple[str, str] | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Options:
@@ -80,7 +98,18 @@ class Options:
                 "300 (the chart's uninstall.timeoutSeconds value)"
             )
         namespaces = [n.strip() for n in env.get("WATCH_NAMESPACES", "").split(",") if n.strip()]
-        return cls(mode=mode, namespaces=namespaces, timeout_seconds=timeout)
+        deployment = env.get("OPERATOR_DEPLOYMENT", "").strip()
+        operator = None
+        if deployment:
+            ns, _, name = deployment.partition("/")
+            if not ns or not name or "/" in name:
+                raise ValueError(
+                    f"OPERATOR_DEPLOYMENT: {deployment!r} is not namespace/name; set it to the "
+                    "operator's Deployment, e.g. raytrain-system/raytrain-operator, or leave "
+                    "it empty when no operator runs"
+                )
+            operator = (ns, name)
+        return cls(mode=mode, namespaces=namespaces, timeout_seconds=timeout, operator=operator)
 
 
 class Uninstaller:
@@ -89,11 +118,12 @@ class Uninstaller:
         api: TrainJobApi,
         options: Options,
         *,
+        apps: DeploymentApi | None = None,
         out: Callable[[str], None] = print,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.api, self.options = api, options
+        self.api, self.apps, self.options = api, apps, options
         self.out, self.clock, self.sleep = out, clock, sleep
 
     def trainjobs(self) -> list[dict[str, Any]]:
@@ -154,10 +184,39 @@ class Uninstaller:
                 f"{FINALIZER} so they can go (checkpoints stay in storage)"
             )
 
+    def stop_operator(self) -> None:
+        """Scale the operator to zero and wait (up to STOP_SECONDS) until none of its pods run."""
+        if self.options.operator is None or self.apps is None:
+            return
+        ns, name = self.options.operator
+        try:
+            self.apps.patch_namespaced_deployment_scale(name, ns, {"spec": {"replicas": 0}})
+        except ApiException as exc:
+            if exc.status == 404:  # no operator to stop
+                return
+            raise
+        self.out(f"scaled deployment {ns}/{name} to 0 so the operator stops adding finalizers")
+        deadline = self.clock() + STOP_SECONDS
+        while True:
+            try:
+                status = self.apps.read_namespaced_deployment(name, ns).status
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise
+            running = (status.replicas or 0) + (getattr(status, "terminating_replicas", 0) or 0)
+            if running == 0:
+                return
+            if self.clock() >= deadline:
+                self.out(f"deployment {ns}/{name} still has {running} pods; going on")
+                return
+            self.sleep(POLL_SECONDS)
+
     def run(self) -> int:
         """0 when no watched TrainJob holds our finalizer any more, else 1."""
         if self.options.mode == "deleteTrainJobs":
             self.delete_all()
+        self.stop_operator()
         pending: list[dict[str, Any]] = []
         for _ in range(STRIP_PASSES):
             pending = [
@@ -184,7 +243,12 @@ def main(env: Mapping[str, str] | None = None) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    return Uninstaller(kubernetes.client.CustomObjectsApi(k8s.client()), options).run()
+    client = k8s.client()
+    return Uninstaller(
+        kubernetes.client.CustomObjectsApi(client),
+        options,
+        apps=kubernetes.client.AppsV1Api(client),
+    ).run()
 
 
 if __name__ == "__main__":

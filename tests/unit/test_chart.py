@@ -315,7 +315,25 @@ def test_uninstall_hook_removes_finalizers_by_default(default: list[dict[str, An
     # The operator image runs the tested module; it understands what the chart sets.
     assert container["command"] == ["python", "-m", "raytrain_operator.uninstall"]
     assert "args" not in container
-    assert Options.from_env(env) == Options("removeFinalizers", [], 120.0)
+    assert Options.from_env(env) == Options(
+        "removeFinalizers",
+        [],
+        120.0,
+        operator=(NAMESPACE, one(default, "Deployment")["metadata"]["name"]),
+    )
+    # It may stop that Deployment (and nothing else) before stripping finalizers.
+    stop = [d for d in default if d["kind"] == "Role" and is_hook(d)]
+    assert [r["metadata"]["namespace"] for r in stop] == [NAMESPACE]
+    assert {
+        (rule["resources"][0], tuple(rule["resourceNames"]), tuple(rule["verbs"]))
+        for rule in stop[0]["rules"]
+    } == {
+        ("deployments", (Options.from_env(env).operator or ("", ""))[1:], ("get",)),
+        ("deployments/scale", (Options.from_env(env).operator or ("", ""))[1:], ("patch",)),
+    }
+    (binding,) = [d for d in default if d["kind"] == "RoleBinding" and is_hook(d)]
+    assert binding["roleRef"]["name"] == stop[0]["metadata"]["name"]
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     role = one(default, "ClusterRole", hook=True)
     assert rules_table(role["rules"]) == {("raytrain.dev", "trainjobs"): {"get", "list", "patch"}}
@@ -334,8 +352,12 @@ def test_uninstall_hook_delete_mode_may_delete(full: list[dict[str, Any]]) -> No
     assert env["TRAINJOBS"] == "deleteTrainJobs"
     assert env["WATCH_NAMESPACES"] == "team-a,team-b"
     assert env["TIMEOUT_SECONDS"] == "300"
-    assert Options.from_env(env) == Options("deleteTrainJobs", ["team-a", "team-b"], 300.0)
-    roles = [d for d in full if d["kind"] == "Role" and is_hook(d)]
+    assert Options.from_env(env).namespaces == ["team-a", "team-b"]
+    roles = [
+        d
+        for d in full
+        if d["kind"] == "Role" and is_hook(d) and d["metadata"]["namespace"] != NAMESPACE
+    ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         assert rules_table(role["rules"]) == {

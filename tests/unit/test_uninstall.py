@@ -217,3 +217,103 @@ def test_bad_settings_are_refused_with_the_fix(
 def test_settings_from_the_environment() -> None:
     env = {"TRAINJOBS": "deleteTrainJobs", "WATCH_NAMESPACES": "a, b,", "TIMEOUT_SECONDS": "5"}
     assert Options.from_env(env) == Options("deleteTrainJobs", ["a", "b"], 5.0)
+
+
+# ---------------------------------------------------------------- stopping the operator first
+
+
+class FakeApps:
+    """The operator's Deployment: scaling to 0 leaves pods terminating for a few polls."""
+
+    def __init__(self, api: FakeApi, pods: int = 1, polls_to_stop: int = 2) -> None:
+        self.api, self.pods, self.polls_left = api, pods, polls_to_stop
+        self.replicas = 1
+        self.scaled: list[tuple[str, str, dict[str, Any]]] = []
+        self.gone = False
+
+    def patch_namespaced_deployment_scale(self, name: str, namespace: str, body: Any) -> Any:
+        if self.gone:
+            raise ApiException(status=404, reason="Not Found")
+        self.scaled.append((namespace, name, body))
+        self.replicas = body["spec"]["replicas"]
+        # Until it has stopped, the live operator puts its finalizer back after every strip.
+        return {}
+
+    def read_namespaced_deployment(self, name: str, namespace: str) -> Any:
+        if self.replicas == 0 and self.polls_left > 0:
+            self.polls_left -= 1
+        elif self.replicas == 0:
+            self.pods = 0
+        status = type("Status", (), {"replicas": 0, "terminating_replicas": self.pods})()
+        return type("Deployment", (), {"status": status})()
+
+
+class OperatorReAdding(FakeApi):
+    """A running operator: a stripped finalizer comes back while any operator pod runs."""
+
+    apps: FakeApps
+
+    def patch_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str, body: Any
+    ) -> Any:
+        obj = super().patch_namespaced_custom_object(group, version, namespace, plural, name, body)
+        if self.apps.pods and OURS not in obj["metadata"]["finalizers"]:
+            obj["metadata"]["finalizers"].append(OURS)
+        return obj
+
+
+def run_with_operator(api: OperatorReAdding, apps: FakeApps, mode: str) -> tuple[int, list[str]]:
+    lines: list[str] = []
+    clock = Clock()
+    options = Options(mode, [], 10.0, operator=("raytrain-system", "rt-raytrain-operator"))
+    code = Uninstaller(
+        api, options, apps=apps, out=lines.append, clock=clock, sleep=clock.sleep
+    ).run()
+    return code, lines
+
+
+def test_the_operator_is_stopped_before_finalizers_are_stripped() -> None:
+    api = OperatorReAdding(trainjob("a", "x", OURS))
+    apps = api.apps = FakeApps(api)
+    code, lines = run_with_operator(api, apps, "removeFinalizers")
+    assert code == 0
+    assert apps.scaled == [("raytrain-system", "rt-raytrain-operator", {"spec": {"replicas": 0}})]
+    assert api.objects[("a", "x")]["metadata"]["finalizers"] == []
+    assert lines[0].startswith("scaled deployment raytrain-system/rt-raytrain-operator to 0")
+
+
+def test_without_stopping_it_the_operator_puts_the_finalizer_back() -> None:
+    """What the scale-down is for: the same run with no Deployment to stop fails."""
+    api = OperatorReAdding(trainjob("a", "x", OURS))
+    apps = api.apps = FakeApps(api)
+    apps.gone = True  # the scale call finds nothing, the (fake) operator keeps running
+    code, _ = run_with_operator(api, apps, "removeFinalizers")
+    assert code == 1
+    assert api.objects[("a", "x")]["metadata"]["finalizers"] == [OURS]
+
+
+def test_delete_mode_stops_the_operator_only_after_it_handled_the_deletes() -> None:
+    api = OperatorReAdding(trainjob("a", "x", OURS))
+    apps = api.apps = FakeApps(api)
+    code, lines = run_with_operator(api, apps, "deleteTrainJobs")
+    assert code == 0
+    assert api.deleted == [("a", "x")] and api.objects == {}
+    assert lines.index("deleting trainjob a/x") < next(
+        i for i, line in enumerate(lines) if line.startswith("scaled deployment")
+    )
+
+
+def test_an_operator_that_does_not_stop_is_waited_for_a_bounded_time() -> None:
+    api = OperatorReAdding(trainjob("a", "x", OURS))
+    apps = api.apps = FakeApps(api, polls_to_stop=10**6)
+    code, lines = run_with_operator(api, apps, "removeFinalizers")
+    assert code == 1
+    assert any("still has 1 pods; going on" in line for line in lines)
+
+
+def test_operator_deployment_from_the_environment() -> None:
+    env = {"TRAINJOBS": "removeFinalizers", "OPERATOR_DEPLOYMENT": "raytrain-system/rt"}
+    assert Options.from_env(env).operator == ("raytrain-system", "rt")
+    assert Options.from_env({"TRAINJOBS": "removeFinalizers"}).operator is None
+    with pytest.raises(ValueError, match="OPERATOR_DEPLOYMENT: 'rt' is not namespace/name"):
+        Options.from_env({"TRAINJOBS": "removeFinalizers", "OPERATOR_DEPLOYMENT": "rt"})
