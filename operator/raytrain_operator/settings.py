@@ -120,6 +120,9 @@ def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.watching.server_timeout = WATCH_SERVER_TIMEOUT
     settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT
     settings.watching.connect_timeout = WATCH_CONNECT_TIMEOUT
+    # Events are the transitions reconcile posts on purpose; handler log lines ("Timer 'resync'
+    # succeeded" every resync, per TrainJob) would otherwise become Events too.
+    settings.posting.loggers = False
     settings.execution.executor = concurrent.futures.ThreadPoolExecutor(
         max_workers=config.workers, thread_name_prefix="raytrain"
     )

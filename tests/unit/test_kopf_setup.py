@@ -62,6 +62,14 @@ def test_watch_timeouts(configured: kopf.OperatorSettings) -> None:
     assert watching.inactivity_timeout < 75 < watching.server_timeout
 
 
+def test_only_explicit_events_are_posted() -> None:
+    ours = kopf.OperatorSettings()
+    ours.posting.loggers = True  # whatever the installed kopf's default, ours is explicit
+    settings.configure_kopf(ours, settings.OperatorConfig())
+    assert ours.posting.enabled is True
+    assert ours.posting.loggers is False
+
+
 def test_kopf_writes_nothing_under_the_api_prefix(configured: kopf.OperatorSettings) -> None:
     patch = kopf.Patch()
     obj = body()
