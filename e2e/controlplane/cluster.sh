@@ -387,9 +387,11 @@ cmd_up() {
 }
 
 cmd_down() {
-  # First, while the API server still answers: the node drains its pods through it.
+  local node_rc=0
+  # First, while the API server still answers: the node drains its pods through it. A failure
+  # there must not leave the control plane running: report it at the end.
   if real_node_started; then
-    realnode down || die "the real node did not stop cleanly (logs: $STATE/realnode/logs/)"
+    realnode down || node_rc=$?
   fi
   stop_operator
   if cluster_exists; then
@@ -399,6 +401,10 @@ cmd_down() {
     log "cluster deleted"
   else
     log "no cluster '$CLUSTER' to delete"
+  fi
+  if [ $node_rc -ne 0 ]; then
+    die "the real node did not stop cleanly (exit $node_rc; logs kept: $STATE/realnode/logs/);" \
+      "fix what it reports and run '$0 down' again"
   fi
   # --one-file-system: never into a mount a failed clean-up left behind.
   rm -rf --one-file-system "$STATE"

@@ -79,11 +79,12 @@ binary_of() {
 
 # proc_pid NAME: the recorded pid, if that process still runs our binary (not a recycled pid).
 proc_pid() {
-  local pid
+  local pid exe=""
   [ -f "$RN/$1.pid" ] || return 1
   pid="$(cat "$RN/$1.pid")"
-  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] &&
-    tr '\0' '\n' <"/proc/$pid/cmdline" | head -n1 | grep -qx "$(binary_of "$1")" || return 1
+  [ -n "$pid" ] || return 1
+  IFS= read -r -d '' exe <"/proc/$pid/cmdline" 2>/dev/null || true
+  [ "$exe" = "$(binary_of "$1")" ] || return 1
   echo "$pid"
 }
 proc_gone() { ! proc_pid "$1" >/dev/null; }
@@ -335,7 +336,7 @@ cmd_up() {
   start_proc containerd --config "$RN/containerd/config.toml"
   wait_until "$TIMEOUT" "containerd's socket" "$BIN_CONTAINERD/ctr" --address "$SOCK" version ||
     die "containerd did not answer on $SOCK (log: $RN/logs/containerd.log)"
-  if ! ctr_ images ls -q | grep -qx "$PAUSE_IMAGE"; then
+  if ! ctr_ images ls -q | grep -Fx "$PAUSE_IMAGE" >/dev/null; then
     import_archive "$IMAGES/pause.tar"
   fi
 
@@ -376,7 +377,7 @@ drain() {
       ctr_ tasks kill -a -s SIGKILL "$t" >/dev/null 2>&1 || true
     done
     deadline=$((SECONDS + 20))
-    while ctr_ tasks ls 2>/dev/null | grep -q RUNNING && [ $SECONDS -lt $deadline ]; do sleep 0.5; done
+    while ctr_ tasks ls 2>/dev/null | grep RUNNING >/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.5; done
     for t in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks rm -f "$t" >/dev/null 2>&1 || true; done
   fi
 }
@@ -386,29 +387,31 @@ stop_shims() {
   local p
   for p in /proc/[0-9]*; do
     [ -r "$p/cmdline" ] || continue
-    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q "^$BIN_CONTAINERD/containerd-shim-runc-v2 .*-address $SOCK "; then
+    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep "^$BIN_CONTAINERD/containerd-shim-runc-v2 .*-address $SOCK " >/dev/null; then
       kill -KILL "${p#/proc/}" 2>/dev/null || true
     fi
   done
 }
 
 remove_chains() {
-  local ipt t chain rule
+  local ipt t chain rule rules chains
   for ipt in iptables ip6tables; do
     command -v "$ipt" >/dev/null || continue
     for t in filter nat mangle; do
-      # Jumps from the built-in chains first, then the chains themselves.
-      "$ipt" -t "$t" -S 2>/dev/null | grep -E -- '^-A [A-Z]+ .*-j (KUBE-|CNI-)' |
-        grep -Ev -- '^-A (KUBE-|CNI-)' | while read -r rule; do
-        # eval: -S quotes comments that hold spaces.
-        eval "\"\$ipt\" -t \"\$t\" ${rule/#-A/-D}" 2>/dev/null || true
-      done
-      for chain in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE-|CNI-)/ { print $2 }'); do
-        "$ipt" -t "$t" -F "$chain" 2>/dev/null || true
-      done
-      for chain in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE-|CNI-)/ { print $2 }'); do
-        "$ipt" -t "$t" -X "$chain" 2>/dev/null || true
-      done
+      rules="$("$ipt" -t "$t" -S 2>/dev/null || true)"
+      # Jumps from the built-in chains first (-A INPUT ... -j KUBE-...), then the chains.
+      while read -r rule; do
+        case "$rule" in
+          "-A KUBE-"* | "-A CNI-"*) ;;
+          "-A "*" -j KUBE-"* | "-A "*" -j CNI-"*)
+            # eval: -S quotes comments that hold spaces.
+            eval "\"\$ipt\" -t \"\$t\" ${rule/#-A/-D}" 2>/dev/null || true
+            ;;
+        esac
+      done <<<"$rules"
+      chains="$(awk '$1 == "-N" && $2 ~ /^(KUBE-|CNI-)/ { print $2 }' <<<"$rules")"
+      for chain in $chains; do "$ipt" -t "$t" -F "$chain" 2>/dev/null || true; done
+      for chain in $chains; do "$ipt" -t "$t" -X "$chain" 2>/dev/null || true; done
     done
   done
 }
@@ -417,7 +420,7 @@ cleanup_host() {
   local line what key value m p netns_here=0
   [ -f "$RN/host-before" ] || return 0
   ensure_cgroups
-  if grep -qx "netns $(readlink /proc/self/ns/net)" "$RN/host-before"; then netns_here=1; fi
+  if grep -Fqx "netns $(readlink /proc/self/ns/net)" "$RN/host-before"; then netns_here=1; fi
   if [ $netns_here = 1 ]; then
     if [ -f "$RN/kube-proxy.yaml" ]; then
       "$(binary_of kube-proxy)" --config="$RN/kube-proxy.yaml" --cleanup >>"$RN/logs/kube-proxy.log" 2>&1 || true
@@ -432,14 +435,14 @@ cleanup_host() {
   # kubepods cgroups, deepest first, unless they were there before us.
   for p in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
     [ -d "$p" ] || continue
-    grep -qx "path $p" "$RN/host-before" && continue
+    grep -Fqx "path $p" "$RN/host-before" && continue
     find "$p" -depth -type d -exec rmdir {} + 2>/dev/null || true
     [ -d "$p" ] && log "WARNING: could not remove the cgroup $p (a process still in it?)"
   done
   # Fixed paths we created, deepest first.
   for p in $(printf '%s\n' "${FIXED_PATHS[@]}" | sort -r); do
     [ -e "$p" ] || continue
-    grep -qx "path $p" "$RN/host-before" && continue
+    grep -Fqx "path $p" "$RN/host-before" && continue
     if [ "$p" = /run/netns ]; then
       rmdir "$p" 2>/dev/null || true # shared with `ip netns`: only when empty
     else

@@ -68,6 +68,10 @@ def _running(binaries: set[str]) -> list[str]:
 SYSCTLS_BEFORE_UP = None if _running(_node_binaries()) else _sysctls()
 
 
+def _run(*cmd: str) -> str:
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
 def _cluster_sh(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(CLUSTER_SH), *args],
@@ -244,6 +248,14 @@ def test_node_down_stops_every_process_and_restores_the_host(real_node: KubeClus
                 assert not Path(path).exists(), f"{path} was created by the node and remains"
         mounts = Path("/proc/self/mountinfo").read_text()
         assert str(state) not in mounts, "mounts under the node's state dir remain"
+        # This test runs in the node's network namespace: its rules and links must be gone too.
+        for tool in ("iptables", "ip6tables"):
+            for table in ("filter", "nat", "mangle"):
+                rules = _run(tool, "-t", table, "-S")
+                left = [r for r in rules.splitlines() if "KUBE-" in r or "CNI-" in r]
+                assert left == [], f"{tool} -t {table} still has {left}"
+        links = _run("ip", "-o", "link", "show")
+        assert " rn0:" not in links and " rnnode0:" not in links, links
     finally:
         # Leave the session's cluster as the other tests expect it.
         up = _cluster_sh("up", "--real-node")
