@@ -4,7 +4,7 @@
 # project first (`install`, skipped while nothing it depends on changed), and `make test` builds
 # what the tests need (`prereqs`) before it runs them in a network namespace of their own.
 PYTHON ?= python
-PKGS := operator/raytrain_operator trainer_runtime
+PKGS := operator/raytrain_operator trainer_runtime raytrain_contract
 CRD := crds/trainjobs.raytrain.dev.yaml
 EXTRAS := dev,runtime
 
@@ -48,8 +48,10 @@ $(INSTALL_STAMP):
 # network namespace nothing can be downloaded, so whatever a test builds must be built here.
 prereqs:
 	bash e2e/controlplane/build.sh
+	bash e2e/realnode/build.sh
 	bash e2e/minio/build.sh >/dev/null
 	bash scripts/helm.sh >/dev/null
+	bash e2e/images/build.sh
 
 demo: install
 	bash scripts/demo.sh

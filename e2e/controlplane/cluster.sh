@@ -37,6 +37,8 @@ OPERATOR_PID="$STATE/kuberay-operator.pid"
 OPERATOR_LOG="$STATE/kuberay-operator.log"
 KWOKCTL_LOG="$STATE/kwokctl.log"
 REALNODE_SH="$REPO/e2e/realnode/node.sh"
+REALNODE_IP=10.245.0.1             # the real node's IP (e2e/realnode/node.sh)
+KUBERNETES_SERVICE_IP=10.97.0.1    # first address of --service-cluster-ip-range below
 REAL_NODE="${RAYTRAIN_REAL_NODE:-0}"
 
 K8S_BIN="$(bindir k8s)"
@@ -114,12 +116,24 @@ show_logs() {
 }
 
 write_kwokctl_config() {
+  # Pods on the real node reach the API server (the operator, the runtime's status reports)
+  # through the `kubernetes` Service, whose endpoint is the advertised address: the node's IP,
+  # with the API server listening on every address of the cluster's own network namespace
+  # (the real node runs only inside one). Without a real node it stays on loopback.
+  local advertise=127.0.0.1 bind_args=""
+  if [ "$REAL_NODE" = 1 ]; then
+    advertise="$REALNODE_IP"
+    bind_args="  - key: bind-address
+    value: 0.0.0.0"
+  fi
   cat >"$STATE/kwokctl.yaml" <<EOF
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
 options:
   runtime: binary
   bindAddress: 127.0.0.1
+  # The certificate names what pods dial: the node's IP and the \`kubernetes\` Service's IP.
+  kubeApiserverCertSANs: ["$REALNODE_IP", "$KUBERNETES_SERVICE_IP"]
   kubeVersion: $K8S_VERSION
   kubeApiserverBinary: $KWOK_KUBE_APISERVER_BINARY
   kubeControllerManagerBinary: $KWOK_KUBE_CONTROLLER_MANAGER_BINARY
@@ -139,7 +153,8 @@ componentsPatches:
 - name: kube-apiserver
   extraArgs:
   - key: advertise-address
-    value: 127.0.0.1
+    value: $advertise
+$bind_args
   # For the real node (e2e/realnode/): logs and exec reach its kubelet with a client
   # certificate, by its InternalIP; Services get the range its kube-proxy and CNI routes know.
   - key: kubelet-client-certificate
