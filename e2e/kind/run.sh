@@ -55,7 +55,8 @@ cleanup() {
   exit "$rc"
 }
 
-# A Python snippet run with boto3 inside the runtime image, against MinIO. Prints its logs.
+# A Python snippet run inside the runtime image, against MinIO, with pyarrow's S3 client (the
+# one the runtime itself uses; boto3 is not in the image). Prints its logs.
 s3_python() {
   local name="$1" script="$2"
   kubectl -n "$SYSTEM_NS" delete pod "$name" --ignore-not-found --wait=true >/dev/null
@@ -102,10 +103,14 @@ log "starting MinIO ($MINIO_IMAGE)"
 sed "s#image: MINIO_IMAGE#image: $MINIO_IMAGE#" e2e/kind/minio.yaml | kubectl apply -f -
 kubectl -n "$SYSTEM_NS" rollout status deploy/minio --timeout=5m
 s3_python mkbucket "
-import boto3
-s3 = boto3.client('s3')
-if 'raytrain' not in [b['Name'] for b in s3.list_buckets().get('Buckets', [])]:
-    s3.create_bucket(Bucket='raytrain')
+import os
+from urllib.parse import urlparse
+import pyarrow.fs as pafs
+url = urlparse(os.environ['AWS_ENDPOINT_URL'])
+s3 = pafs.S3FileSystem(endpoint_override=url.netloc, scheme=url.scheme,
+                       region=os.environ['AWS_DEFAULT_REGION'], allow_bucket_creation=True)
+if s3.get_file_info('raytrain').type == pafs.FileType.NotFound:
+    s3.create_dir('raytrain')
 print('bucket raytrain ready')
 "
 
@@ -123,11 +128,16 @@ kubectl -n "$JOB_NS" get trainjobs.raytrain.dev digits -o wide
 
 log "looking for a checkpoint in s3://raytrain/checkpoints/"
 s3_python s3check "
-import sys, boto3
-pages = boto3.client('s3').get_paginator('list_objects_v2').paginate(
-    Bucket='raytrain', Prefix='checkpoints/')
-keys = [o['Key'] for page in pages for o in page.get('Contents', [])]
-found = sorted({k.rsplit('/', 1)[0] for k in keys if '/checkpoint_' in k})
+import os, sys
+from urllib.parse import urlparse
+import pyarrow.fs as pafs
+url = urlparse(os.environ['AWS_ENDPOINT_URL'])
+s3 = pafs.S3FileSystem(endpoint_override=url.netloc, scheme=url.scheme,
+                       region=os.environ['AWS_DEFAULT_REGION'])
+infos = s3.get_file_info(pafs.FileSelector('raytrain/checkpoints', recursive=True,
+                                           allow_not_found=True))
+found = sorted({i.path.rsplit('/', 1)[0] for i in infos
+                if i.type == pafs.FileType.File and '/checkpoint_' in i.path})
 print('\n'.join(found) or 'no checkpoint under s3://raytrain/checkpoints/')
 sys.exit(0 if found else 1)
 "
