@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Regenerate constraints.txt: the exact version of every package the images install, from a
-# fresh resolution of pyproject.toml (core dependencies + the `runtime` extra + the build
-# backend) against PyPI. Run it after any change to pyproject.toml's dependencies:
+# Regenerate constraints.txt: the exact version of every package the images and the development
+# install use, from one fresh resolution of pyproject.toml (core dependencies, the `runtime` and
+# `dev` extras, the build backend) against PyPI. The images install the core and `runtime`
+# part; `make install` installs everything with the same file, so the tests run the versions
+# the images ship. Run it after any change to pyproject.toml's dependencies:
 #
 #   bash scripts/pin-constraints.sh            (PYTHON=python3.11 to pick the interpreter)
 #
@@ -35,7 +37,7 @@ PY
 # PIP_FIND_LINKS and friends from this machine's pip config must not add or hide candidates.
 env -u PIP_FIND_LINKS -u PIP_CONSTRAINT -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL \
   "$PYTHON" -m pip install --quiet --dry-run --ignore-installed --report "$report" \
-  "$ROOT[runtime]" "${build_reqs[@]}"
+  "$ROOT[runtime,dev]" "${build_reqs[@]}"
 
 "$PYTHON" - "$report" "$OUT" <<'PY'
 import json, re, sys
@@ -50,9 +52,10 @@ for item in report["install"]:
     meta = item["metadata"]
     pins[re.sub(r"[-_.]+", "-", meta["name"]).lower()] = meta["version"]
 header = """\
-# Exact versions of every package the operator and trainer-runtime images install: the core
-# dependencies, the `runtime` extra and the build backend, resolved together for CPython 3.11
-# on Linux x86_64. Generated from pyproject.toml; do not edit by hand. Regenerate with
+# Exact versions of every package the operator and trainer-runtime images and `make install`
+# use: the core dependencies, the `runtime` and `dev` extras and the build backend, resolved
+# together for CPython 3.11 on Linux x86_64 (so the tests run what the images ship).
+# Generated from pyproject.toml; do not edit by hand. Regenerate with
 #   bash scripts/pin-constraints.sh
 # after changing pyproject.toml's dependencies (e2e/images/build.sh then rebuilds the images).
 """

@@ -73,14 +73,22 @@ print_result() {
   echo "RUNTIME_ARCHIVE=$runtime_tar RUNTIME_IMAGE=$RUNTIME_IMAGE"
 }
 
-if [ -f "$operator_tar" ] && [ -f "$runtime_tar" ]; then
+current() { [ -f "$operator_tar" ] && [ -f "$runtime_tar" ]; }
+if ! current && [ "$CHECK_ONLY" = 1 ]; then
+  log "a build is due: no archives for input key $key"
+  exit 1
+fi
+if ! current; then
+  # One build at a time (make prereqs and a test may both ask); the second one waits and then
+  # finds the archives the first one made.
+  mkdir -p "$IMAGES"
+  exec 9>"$IMAGES/.build.lock"
+  flock 9
+fi
+if current; then
   log "archives for input key $key are current"
   print_result
   exit 0
-fi
-if [ "$CHECK_ONLY" = 1 ]; then
-  log "a build is due: no archives for input key $key"
-  exit 1
 fi
 
 # --------------------------------------------------------------------- 1. base image
@@ -123,9 +131,28 @@ if [ -s "$missing" ]; then
 fi
 
 # --------------------------------------------------------------------- 3. images
-build_target() { # target image archive check-command...
+# Disk: the runtime's dependency layer is ~6.4 GB, and while buildah commits it, the
+# container, a temporary diff and the new layer each hold a copy (~20 GB at the peak; see
+# docs/images.md). Hence: stale archives go first, the previous build's layers go as soon as
+# the new image has the tag, and buildah's temporary files live in a directory of ours that is
+# removed whatever happens (its default, /var/tmp, keeps them when a build is killed).
+tmp_root="$CACHE/tmp/images-$$"
+mkdir -p "$tmp_root"
+trap 'rm -f "$missing"; rm -rf "$tmp_root"' EXIT
+export TMPDIR="$tmp_root"
+find "$IMAGES" -maxdepth 1 \( -name 'operator-*.tar*' -o -name 'trainer-runtime-*.tar*' \) \
+  ! -name "operator-$key.tar" ! -name "trainer-runtime-$key.tar" -delete
+
+# Layers of earlier builds: the untagged images without children that carry base.sh's label
+# (every image built on our base inherits it). The cached layers of the current images are
+# their ancestors, so they stay.
+prune_old_layers() {
+  buildah images --quiet --filter dangling=true --filter label=dev.raytrain.base-key |
+    xargs -r buildah rmi >/dev/null
+}
+
+build_target() { # target image archive
   local target="$1" image="$2" archive="$3"
-  shift 3
   log "buildah bud --target $target (base $base)"
   # --network=host: buildah's default network is podman's CNI bridge, which changes host
   # sysctls and iptables. --layers: a source change rebuilds only the small project layer.
@@ -133,6 +160,7 @@ build_target() { # target image archive check-command...
   nice -n 10 buildah bud --pull=never --isolation=chroot --network=host --layers --force-rm \
     --build-arg "PYTHON_IMAGE=$base" -v "$WHEELS:/wheels:ro" \
     --target "$target" -t "$image" -f "$ROOT/Dockerfile" "$ROOT" >&2
+  prune_old_layers
   log "checking $image"
   bash "$HERE/check.sh" "$target" "$image" >&2
   log "saving $image to $archive"
@@ -144,13 +172,5 @@ build_target() { # target image archive check-command...
 build_target operator "$OPERATOR_IMAGE" "$operator_tar"
 build_target trainer-runtime "$RUNTIME_IMAGE" "$runtime_tar"
 
-# The runtime is several GB: keep only the current pair of archives, and drop the layers of
-# earlier builds from buildah's store. Those are the untagged images without children that
-# carry base.sh's label (every image built on our base inherits it); the cached layers of the
-# current images are their ancestors, so they stay.
-find "$IMAGES" -maxdepth 1 \( -name 'operator-*.tar' -o -name 'trainer-runtime-*.tar' \) \
-  ! -name "operator-$key.tar" ! -name "trainer-runtime-$key.tar" -delete
-buildah images --quiet --filter dangling=true --filter label=dev.raytrain.base-key |
-  xargs -r buildah rmi >/dev/null
 log "done: $(du -h "$operator_tar" | cut -f1) operator, $(du -h "$runtime_tar" | cut -f1) runtime"
 print_result
