@@ -20,6 +20,7 @@ from trainer_runtime.reporter import (
 
 pytestmark = pytest.mark.runtime
 
+
 class FakeClock:
     def __init__(self, now: float = 1_000_000.0) -> None:
         self.now = now
