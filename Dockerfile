@@ -96,7 +96,9 @@ WORKDIR /app
 # The examples ship in the image so examples/*.yaml run as they are
 # (entrypoint examples.digits.train:train_loop_per_worker).
 COPY --chown=1000:1000 examples/ /app/examples/
-ENV PYTHONPATH=/app
+# Ray's usage statistics are off: training clusters often have no route out, and a job's
+# metadata stays in the cluster unless its owner turns this back on.
+ENV PYTHONPATH=/app RAY_USAGE_STATS_ENABLED=0
 USER 1000:1000
 # tini as PID 1 forwards SIGTERM to the default command. KubeRay replaces the container's
 # command (`ray start` through bash) in Ray pods, so there the pod spec decides what PID 1 is;
