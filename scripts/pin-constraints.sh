@@ -39,9 +39,10 @@ env -u PIP_FIND_LINKS -u PIP_CONSTRAINT -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL 
   "$PYTHON" -m pip install --quiet --dry-run --ignore-installed --report "$report" \
   "$ROOT[runtime,dev]" "${build_reqs[@]}"
 
-"$PYTHON" - "$report" "$OUT" <<'PY'
+deps_hash="$("$PYTHON" "$ROOT/e2e/images/deps_hash.py" "$ROOT/pyproject.toml")"
+"$PYTHON" - "$report" "$OUT" "$deps_hash" <<'PY'
 import json, re, sys
-report_path, out_path = sys.argv[1], sys.argv[2]
+report_path, out_path, deps_hash = sys.argv[1], sys.argv[2], sys.argv[3]
 with open(report_path) as f:
     report = json.load(f)
 pins = {}
@@ -51,13 +52,15 @@ for item in report["install"]:
         continue  # the project itself, built from the source tree
     meta = item["metadata"]
     pins[re.sub(r"[-_.]+", "-", meta["name"]).lower()] = meta["version"]
-header = """\
+header = f"""\
 # Exact versions of every package the operator and trainer-runtime images and `make install`
 # use: the core dependencies, the `runtime` and `dev` extras and the build backend, resolved
 # together for CPython 3.11 on Linux x86_64 (so the tests run what the images ship).
 # Generated from pyproject.toml; do not edit by hand. Regenerate with
 #   bash scripts/pin-constraints.sh
-# after changing pyproject.toml's dependencies (e2e/images/build.sh then rebuilds the images).
+# after changing pyproject.toml's dependencies (e2e/images/build.sh then rebuilds the images;
+# it refuses to build while the fingerprint below differs from pyproject.toml's).
+# pyproject-deps: {deps_hash}
 """
 with open(out_path, "w") as f:
     f.write(header)

@@ -59,7 +59,7 @@ context_files() {
 input_key() {
   {
     (cd "$ROOT" && { echo Dockerfile; echo .dockerignore; context_files; } | xargs -d '\n' sha256sum)
-    (cd "$HERE" && sha256sum build.sh base.sh check.sh)
+    (cd "$HERE" && sha256sum build.sh base.sh check.sh deps_hash.py)
     echo "$OPERATOR_IMAGE $RUNTIME_IMAGE"
   } | sha256sum | cut -c1-16
 }
@@ -96,6 +96,17 @@ base="$(bash "$HERE/base.sh" | tail -n 1)"
 # base.sh names the image after its own key, and base.sh is hashed into ours.
 
 # --------------------------------------------------------------------- 2. wheelhouse
+# constraints.txt must have been pinned for the dependencies pyproject.toml lists now;
+# otherwise some package has no wheel and pip fails deep inside the build.
+pinned_for="$(sed -n 's/^# pyproject-deps: //p' "$ROOT/constraints.txt")"
+deps_now="$("$PYTHON" "$HERE/deps_hash.py" "$ROOT/pyproject.toml")"
+if [ "$pinned_for" != "$deps_now" ]; then
+  echo "build.sh: constraints.txt was pinned for other dependencies than pyproject.toml lists" \
+    "now (fingerprint '${pinned_for:-none}', pyproject.toml: $deps_now). Run" \
+    "'bash scripts/pin-constraints.sh' and commit constraints.txt with pyproject.toml." >&2
+  exit 1
+fi
+
 # pip wheel runs on this machine, so it must resolve wheels for the images' interpreter.
 platform="$("$PYTHON" -c 'import platform, sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}-{platform.system()}-{platform.machine()}")')"
 if [ "$platform" != "3.11-Linux-x86_64" ]; then

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,7 +26,8 @@ from pathlib import Path
 import pytest
 from _required import required
 
-pytestmark = pytest.mark.images
+# A cold build inside the fixture takes longer than the suite's default 900 s.
+pytestmark = [pytest.mark.images, pytest.mark.timeout(3600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "e2e" / "images"
@@ -73,6 +75,25 @@ def archives() -> dict[str, str]:
         f" outside the test's network namespace first):\n{build.stderr[-4000:]}"
     )
     return _parse(build.stdout)
+
+
+def test_constraints_are_pinned_for_pyproject_dependencies() -> None:
+    """constraints.txt must be regenerated whenever pyproject.toml's dependency lists change."""
+    deps_now = subprocess.run(
+        [sys.executable, str(IMAGES / "deps_hash.py"), str(ROOT / "pyproject.toml")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    header = [
+        line.removeprefix("# pyproject-deps: ").strip()
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if line.startswith("# pyproject-deps: ")
+    ]
+    assert header == [deps_now], (
+        f"constraints.txt was pinned for pyproject dependencies {header}, pyproject.toml has"
+        f" {deps_now} now: run `bash scripts/pin-constraints.sh` and commit constraints.txt"
+    )
 
 
 def _check(target: str, archive: str) -> subprocess.CompletedProcess[str]:
@@ -174,4 +195,4 @@ def test_operator_archive_imports_into_containerd(
         text=True,
         check=True,
     ).stdout.split()
-    assert "docker.io/raytrain/operator:0.1.0" in listed
+    assert archives.get("OPERATOR_IMAGE", "docker.io/raytrain/operator:0.1.0") in listed
