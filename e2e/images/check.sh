@@ -60,8 +60,16 @@ user="$(config '{{.OCIv1.Config.User}}')"
 
 c="$(buildah from --pull-never --quiet "$image")"
 trap 'buildah rm "$c" >/dev/null' EXIT
-# --network=none: an image that needs the network to start would fail in the test cluster too.
-# chroot isolation cannot drop the network (buildah refuses), runc's OCI isolation can.
-buildah run --isolation=oci --network=none "$c" -- sh -c "
+# No network: an image that needs the network to start would fail in the test cluster too.
+# chroot isolation cannot drop the network (buildah refuses), runc's OCI isolation can. Inside
+# a namespace of e2e/netns/run.sh (RAYTRAIN_NETNS), `ip netns exec` has remounted /sys without
+# the cgroup hierarchies runc needs, but the only network there is loopback: chroot isolation
+# with the namespace's own network is just as cut off.
+if [ -n "${RAYTRAIN_NETNS:-}" ]; then
+  isolation=(--isolation=chroot --network=host)
+else
+  isolation=(--isolation=oci --network=none)
+fi
+buildah run "${isolation[@]}" "$c" -- sh -c "
   uid=\$(id -u); [ \"\$uid\" = $want_uid ] || { echo \"runs as uid \$uid, want $want_uid\" >&2; exit 1; }
   $script"
