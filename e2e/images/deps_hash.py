@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+
 import tomllib
 
 
