@@ -328,6 +328,27 @@ def test_submitter_pod_has_our_labels_and_leaves_the_command_to_kuberay() -> Non
     assert c["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
 
 
+def test_the_submitter_is_placed_like_the_head() -> None:
+    toleration = {"key": "pool", "operator": "Equal", "value": "train", "effect": "NoSchedule"}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "zone", "operator": "In", "values": ["a"]}]}]}}}  # fmt: skip
+    head = {
+        "nodeSelector": {"pool": "train"},
+        "tolerations": [toleration],
+        "affinity": affinity,
+        "priorityClassName": "training",
+    }
+    spec = submitter(build(trainjob(head=head)))["spec"]
+    assert spec["nodeSelector"] == {"pool": "train"}
+    assert spec["tolerations"] == [toleration]
+    assert spec["affinity"] == affinity
+    assert spec["priorityClassName"] == "training"
+    # Without head overrides the scheduler picks: no placement of our own.
+    plain = submitter(build())["spec"]
+    assert not {"nodeSelector", "tolerations", "affinity", "priorityClassName"} & set(plain)
+
+
 def test_every_pod_runs_as_the_runtime_user_without_privileges() -> None:
     for template in all_pods(build()):
         ctx = template["spec"]["securityContext"]

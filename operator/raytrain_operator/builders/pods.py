@@ -326,7 +326,10 @@ def build_submitter_template(spec: TrainJobSpec, meta: Meta, attempt: int) -> di
 
     The container keeps KubeRay's name, the head's image and KubeRay's default resources, and
     no command: KubeRay then writes its `ray job submit` command into it. The submitter only
-    talks to the Ray dashboard over HTTP, so it gets no Kubernetes API token.
+    talks to the Ray dashboard over HTTP, so it gets no Kubernetes API token. It is placed like
+    the head (`head.nodeSelector`, `tolerations`, `affinity`, `priorityClassName`): a job pinned
+    to a node pool keeps all of its pods there, and a submitter scheduled where the head may
+    not run would never reach it.
     """
     labels = base_labels(meta, attempt)
     labels[LABEL_ROLE] = "submitter"
@@ -342,6 +345,16 @@ def build_submitter_template(spec: TrainJobSpec, meta: Meta, attempt: int) -> di
         "automountServiceAccountToken": False,
         "containers": [container],
     }
+    head = spec.head
+    if head is not None:
+        if head.node_selector:
+            pod["nodeSelector"] = dict(head.node_selector)
+        if head.tolerations:
+            pod["tolerations"] = copy.deepcopy(head.tolerations)
+        if head.affinity:
+            pod["affinity"] = copy.deepcopy(head.affinity)
+        if head.priority_class_name:
+            pod["priorityClassName"] = head.priority_class_name
     harden_pod(pod, None)
     metadata: dict[str, Any] = {"labels": labels}
     annotations = allowed_from_parent(meta.annotations)
