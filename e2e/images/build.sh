@@ -37,6 +37,15 @@ done
 
 log() { printf '[images %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
+# pip wheel and the scripts' Python run on this machine: the wheelhouse must suit the
+# images' interpreter.
+platform="$("$PYTHON" -c 'import platform, sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}-{platform.system()}-{platform.machine()}")')"
+if [ "$platform" != "3.11-Linux-x86_64" ]; then
+  echo "build.sh: PYTHON=$PYTHON is $platform; the wheelhouse needs CPython 3.11 on Linux" \
+    "x86_64 (the images' interpreter). Set PYTHON to such a python3.11." >&2
+  exit 1
+fi
+
 # The tag is the project's version: the chart's appVersion and examples/*.yaml name the images
 # raytrain/operator:<version> and raytrain/trainer-runtime:<version>, which containerd stores
 # as docker.io/..., so imported images are found without a registry (imagePullPolicy Never or
@@ -91,11 +100,6 @@ if current; then
   exit 0
 fi
 
-# --------------------------------------------------------------------- 1. base image
-base="$(bash "$HERE/base.sh" | tail -n 1)"
-# base.sh names the image after its own key, and base.sh is hashed into ours.
-
-# --------------------------------------------------------------------- 2. wheelhouse
 # constraints.txt must have been pinned for the dependencies pyproject.toml lists now;
 # otherwise some package has no wheel and pip fails deep inside the build.
 pinned_for="$(sed -n 's/^# pyproject-deps: //p' "$ROOT/constraints.txt")"
@@ -107,13 +111,11 @@ if [ "$pinned_for" != "$deps_now" ]; then
   exit 1
 fi
 
-# pip wheel runs on this machine, so it must resolve wheels for the images' interpreter.
-platform="$("$PYTHON" -c 'import platform, sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}-{platform.system()}-{platform.machine()}")')"
-if [ "$platform" != "3.11-Linux-x86_64" ]; then
-  echo "build.sh: PYTHON=$PYTHON is $platform; the wheelhouse needs CPython 3.11 on Linux" \
-    "x86_64 (the images' interpreter). Set PYTHON to such a python3.11." >&2
-  exit 1
-fi
+# --------------------------------------------------------------------- 1. base image
+base="$(bash "$HERE/base.sh" | tail -n 1)"
+# base.sh names the image after its own key, and base.sh is hashed into ours.
+
+# --------------------------------------------------------------------- 2. wheelhouse
 mkdir -p "$WHEELS" "$IMAGES"
 # Only pins without a wheel in the wheelhouse are fetched: a change of one pin downloads one
 # wheel, not torch again. Old versions stay until you delete the directory.
