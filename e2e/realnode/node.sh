@@ -205,6 +205,9 @@ clusterDNS: [$NODE_IP]
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
+# The disk is shared with image builds that briefly fill it (a 7 GB archive written beside the
+# old one): once it has room again, lift the disk-pressure taint after 30 s, not 5 min.
+evictionPressureTransitionPeriod: 30s
 podLogsDir: $RN/logs/pods
 registerWithTaints:
 - {key: $NODE_LABEL, value: "true", effect: NoSchedule}
