@@ -1,0 +1,299 @@
+"""The real-pod world for the end-to-end tests: images on the node, MinIO for pods, our chart.
+
+Everything a user's first `helm install` + `kubectl apply` needs, on the real node of the local
+cluster (e2e/realnode/): the operator and trainer-runtime images built from our Dockerfile
+(e2e/images/build.sh) and imported into the node's containerd; MinIO inside the cluster's
+network namespace, reachable from pods as `minio.raytrain-system:9000` (the address
+examples/digits.yaml names) through a Service whose endpoint is the node's IP; the operator
+installed with our chart and running as a pod under the chart's RBAC.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from _wait import wait_for
+from conftest import CLUSTER_SH, REPO, KubeCluster
+
+NODE = "realnode"
+NODE_IP = "10.245.0.1"  # e2e/realnode/node.sh
+NODE_TAINT_KEY = "raytrain.dev/real-node"
+SYSTEM_NS = "raytrain-system"
+RELEASE = "raytrain"
+BUCKET = "raytrain"
+MINIO_USER, MINIO_PASSWORD = "raytrain", "raytrain-secret"
+
+# What every pod that must run for real carries: the real node's toleration and selector.
+ON_REAL_NODE: dict[str, Any] = {
+    "tolerations": [{"key": NODE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+    "nodeSelector": {"kubernetes.io/hostname": NODE},
+}
+
+
+@dataclass(frozen=True)
+class Images:
+    operator_archive: Path
+    operator_image: str
+    runtime_archive: Path
+    runtime_image: str
+
+
+def built_images() -> Images:
+    """The archives `make prereqs` built (e2e/images/build.sh, cached by content).
+
+    Only checked here: inside the cluster's network namespace nothing can be downloaded.
+    RAYTRAIN_OPERATOR_ARCHIVE and RAYTRAIN_RUNTIME_ARCHIVE name archives to use instead (built
+    from another tree, say, while iterating on the tests themselves).
+    """
+    given = os.environ.get("RAYTRAIN_OPERATOR_ARCHIVE"), os.environ.get("RAYTRAIN_RUNTIME_ARCHIVE")
+    if all(given):
+        version = subprocess.run(
+            ["bash", str(REPO / "e2e" / "images" / "build.sh"), "--check"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        refs = dict(re.findall(r"(\w+_IMAGE)=(\S+)", version))
+        return Images(
+            operator_archive=Path(str(given[0])),
+            operator_image=refs.get("OPERATOR_IMAGE", "docker.io/raytrain/operator:0.1.0"),
+            runtime_archive=Path(str(given[1])),
+            runtime_image=refs.get("RUNTIME_IMAGE", "docker.io/raytrain/trainer-runtime:0.1.0"),
+        )
+    proc = subprocess.run(
+        ["bash", str(REPO / "e2e" / "images" / "build.sh"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            "the images are not built for this tree (e2e/images/build.sh --check exited "
+            f"{proc.returncode}); run `make prereqs` first:\n{proc.stderr[-3000:]}"
+        )
+    found = dict(re.findall(r"(\w+_(?:ARCHIVE|IMAGE))=(\S+)", proc.stdout))
+    return Images(
+        operator_archive=Path(found["OPERATOR_ARCHIVE"]),
+        operator_image=found["OPERATOR_IMAGE"],
+        runtime_archive=Path(found["RUNTIME_ARCHIVE"]),
+        runtime_image=found["RUNTIME_IMAGE"],
+    )
+
+
+def import_images(images: Images) -> None:
+    for archive in (images.operator_archive, images.runtime_archive):
+        proc = subprocess.run(
+            ["bash", str(CLUSTER_SH), "import-image", str(archive)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(f"importing {archive} failed:\n{proc.stderr[-3000:]}")
+
+
+def helm_binary() -> str:
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "helm.sh")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+@dataclass
+class Minio:
+    port: int
+    state: Path
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=MINIO_USER,
+            aws_secret_access_key=MINIO_PASSWORD,
+            region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}),
+        )
+
+    def keys(self, prefix: str) -> list[str]:
+        out: list[str] = []
+        for page in (
+            self.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+        ):
+            out.extend(o["Key"] for o in page.get("Contents", []))
+        return out
+
+    def stop(self) -> None:
+        subprocess.run(
+            ["bash", str(REPO / "e2e" / "minio" / "stop.sh"), str(self.state)], check=False
+        )
+
+
+def start_minio() -> Minio:
+    """MinIO on every address of the cluster's namespace (it exists only there)."""
+    assert os.environ.get("RAYTRAIN_NETNS"), "MinIO for pods listens only inside the namespace"
+    proc = subprocess.run(
+        ["bash", str(REPO / "e2e" / "minio" / "start.sh"), BUCKET],
+        env={**os.environ, "MINIO_BIND": "0.0.0.0"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"e2e/minio/start.sh failed:\n{proc.stderr[-3000:]}")
+    fields = dict(re.findall(r"(\w+)=(\S+)", proc.stdout.strip().splitlines()[-1]))
+    return Minio(port=int(fields["endpoint"].rsplit(":", 1)[1]), state=Path(fields["state"]))
+
+
+def expose_minio(cluster: KubeCluster, minio: Minio) -> None:
+    """`minio.raytrain-system:9000` for pods: a Service without selector, its endpoint the node."""
+    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NS}})
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "minio", "namespace": SYSTEM_NS},
+            "spec": {"ports": [{"name": "s3", "port": 9000, "targetPort": minio.port}]},
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": "minio-node",
+                "namespace": SYSTEM_NS,
+                "labels": {"kubernetes.io/service-name": "minio"},
+            },
+            "addressType": "IPv4",
+            "ports": [{"name": "s3", "port": minio.port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [NODE_IP], "conditions": {"ready": True}}],
+        }
+    )
+
+
+def adopt_crd_for_helm(cluster: KubeCluster) -> None:
+    """Mark the TrainJob CRD the local cluster created from crds/ as the release's own.
+
+    A user's cluster has no CRD before `helm install`; ours got it at `cluster.sh up` for the
+    tests that run without the chart. Helm takes over an existing object only when it carries
+    the release's ownership metadata, and then upgrades it from the chart like any other.
+    """
+    crd = "customresourcedefinition/trainjobs.raytrain.dev"
+    cluster.kubectl("label", crd, "app.kubernetes.io/managed-by=Helm", "--overwrite")
+    cluster.kubectl(
+        "annotate", crd, f"meta.helm.sh/release-name={RELEASE}",
+        f"meta.helm.sh/release-namespace={SYSTEM_NS}", "--overwrite",
+    )  # fmt: skip
+
+
+def install_chart(cluster: KubeCluster, images: Images) -> None:
+    """`helm install` of charts/raytrain-operator, its pod pinned to the real node."""
+    adopt_crd_for_helm(cluster)
+    repository, tag = images.operator_image.rsplit(":", 1)
+    values = {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        **ON_REAL_NODE,
+    }
+    values_file = cluster.kubeconfig.parent / "realpods-values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    proc = subprocess.run(
+        [
+            helm_binary(),
+            "upgrade",
+            "--install",
+            RELEASE,
+            str(REPO / "charts" / "raytrain-operator"),
+            "--namespace",
+            SYSTEM_NS,
+            "--create-namespace",
+            "--values",
+            str(values_file),
+            "--wait",
+            "--timeout",
+            "5m",
+        ],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pods = cluster.kubectl("get", "pods", "-n", SYSTEM_NS, "-o", "wide", check=False).stdout
+        logs = cluster.kubectl(
+            "logs", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/name=raytrain-operator",
+            "--tail=40", check=False,
+        ).stdout  # fmt: skip
+        raise AssertionError(
+            f"helm install failed ({proc.returncode}): {proc.stderr[-2000:]}\n{pods}\n{logs}"
+        )
+
+
+def trainjob_on_real_node(
+    path: Path, *, name: str | None = None, epochs: int | None = None, **spec: Any
+) -> list[dict[str, Any]]:
+    """The objects of an example manifest, its TrainJob's pods placed on the real node.
+
+    The cluster's only real node has 2 CPUs, so the head, the submitter and both workers ask for
+    a quarter of a CPU each instead of the example's whole ones; nothing else changes.
+    """
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for doc in docs:
+        if doc.get("kind") != "TrainJob":
+            continue
+        s = doc["spec"]
+        if name:
+            doc["metadata"]["name"] = name
+        if epochs is not None:
+            s.setdefault("config", {})["epochs"] = epochs
+        s["scaling"].setdefault("resourcesPerWorker", {}).update(cpu="250m", memory="1Gi")
+        s["head"] = {
+            **ON_REAL_NODE,
+            "resources": {
+                "requests": {"cpu": "250m", "memory": "1Gi"},
+                "limits": {"memory": "3Gi"},
+            },
+        }
+        s["workerTemplate"] = dict(ON_REAL_NODE)
+        s.update(spec)
+    return docs
+
+
+def pods_of(cluster: KubeCluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.get_json("pods", "-n", namespace, "-l", selector)["items"]
+    return items
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for c in obj.get("status", {}).get("conditions", []):
+        if c.get("type") == kind:
+            return dict(c)
+    return None
+
+
+def wait_condition(
+    cluster: KubeCluster, namespace: str, name: str, kind: str, timeout: float
+) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        tj = cluster.get_json("trainjob", name, "-n", namespace)
+        c = condition(tj, kind)
+        if c and c.get("status") == "True":
+            return tj
+        failed = condition(tj, "Failed")
+        if kind != "Failed" and failed and failed.get("status") == "True":
+            raise AssertionError(f"TrainJob {name} failed: {json.dumps(tj['status'], indent=1)}")
+        return None
+
+    return wait_for(ready, timeout=timeout, what=f"TrainJob {namespace}/{name} {kind}")
