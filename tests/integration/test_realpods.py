@@ -75,6 +75,13 @@ def real_world(kube_cluster: KubeCluster) -> Iterator[RealWorld]:
         install_chart(kube_cluster, images)
         yield RealWorld(kube_cluster, images, minio)
     finally:
+        # The chart's operator watches every namespace: stop it, so that the tests after this
+        # module see only the operators they start themselves.
+        kube_cluster.kubectl(
+            "delete", "deployment", "-n", SYSTEM_NS,
+            "-l", "app.kubernetes.io/name=raytrain-operator", "--wait=true", "--timeout=120s",
+            check=False, timeout=180,
+        )  # fmt: skip
         minio.stop()
 
 

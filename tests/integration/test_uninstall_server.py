@@ -36,6 +36,23 @@ def deployment(name: str) -> dict[str, Any]:
                 "spec": {
                     "containers": [{"name": "operator", "image": "raytrain/operator:stand-in"}],
                     "tolerations": [{"operator": "Exists"}],
+                    # A KWOK node runs it; the real node would try the stand-in image for real.
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {
+                                                "key": "raytrain.dev/real-node",
+                                                "operator": "DoesNotExist",
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        }
+                    },
                 },
             },
         },
