@@ -4,7 +4,7 @@
 # project first (`install`, skipped while nothing it depends on changed), and `make test` builds
 # what the tests need (`prereqs`) before it runs them in a network namespace of their own.
 PYTHON ?= python
-PKGS := operator/raytrain_operator trainer_runtime raytrain_contract
+PKGS := operator/raytrain_operator operator/raytrain trainer_runtime raytrain_contract
 CRD := crds/trainjobs.raytrain.dev.yaml
 EXTRAS := dev,runtime
 
