@@ -1,4 +1,5 @@
-"""`raytrain logs` reads the driver's output from KubeRay's submitter pod, or says why not."""
+"""`raytrain logs` and `TrainJobClient.get_job_logs` read the driver's output from KubeRay's
+submitter pod, or say why not."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+from raytrain import LogsUnavailableError, TrainJobClient
 
 from raytrain_operator.builders.pods import SUBMITTER_CONTAINER
 from raytrain_operator.cli import build_parser, cluster, driverlog
@@ -147,7 +150,7 @@ def test_logs_parses_follow_and_tail() -> None:
 
 
 class _FakeCore:
-    """The two CoreV1Api calls `raytrain logs` makes without -f."""
+    """The CoreV1Api calls reading the driver's log makes."""
 
     def __init__(self, pods: list[dict[str, Any]]) -> None:
         self.pods = pods
@@ -163,16 +166,41 @@ class _FakeCore:
         return "epoch 1 loss 0.3\n"
 
 
+class _FakeCustom:
+    """The TrainJob, and no RayJob (the user may not read them)."""
+
+    def __init__(self, trainjob: dict[str, Any]) -> None:
+        self.trainjob = trainjob
+
+    def get_namespaced_custom_object(
+        self, group: str, v: str, ns: str, plural: str, name: str
+    ) -> Any:
+        if plural == "trainjobs":
+            return self.trainjob
+        raise ApiException(status=403, reason="Forbidden")
+
+
+class _FakeBatch:
+    def read_namespaced_job(self, name: str, namespace: str) -> Any:
+        raise ApiException(status=404, reason="Not Found")
+
+
+def _sdk(
+    monkeypatch: pytest.MonkeyPatch, core: _FakeCore, status: dict[str, Any]
+) -> TrainJobClient:
+    trainjob = {"metadata": {"name": "digits", "namespace": "team-a"}, "status": status}
+    monkeypatch.setattr(client, "CoreV1Api", lambda api_client: core)
+    monkeypatch.setattr(client, "CustomObjectsApi", lambda api_client: _FakeCustom(trainjob))
+    monkeypatch.setattr(client, "BatchV1Api", lambda api_client: _FakeBatch())
+    return TrainJobClient("team-a", api_client=client.ApiClient())
+
+
 def _run_logs(
     monkeypatch: pytest.MonkeyPatch, pods: list[dict[str, Any]], status: dict[str, Any]
 ) -> tuple[_FakeCore, int]:
     core = _FakeCore(pods)
-    trainjob = {"metadata": {"name": "digits"}, "status": status}
-    monkeypatch.setattr(cluster, "_connect", lambda args: (client.ApiClient(), "team-a"))
-    monkeypatch.setattr(cluster, "_get", lambda api_client, ns, name: trainjob)
-    monkeypatch.setattr(cluster, "_rayjob", lambda api_client, ns, name: None)
-    monkeypatch.setattr(cluster, "_job_exists", lambda api_client, ns, name: False)
-    monkeypatch.setattr(client, "CoreV1Api", lambda api_client: core)
+    sdk = _sdk(monkeypatch, core, status)
+    monkeypatch.setattr(cluster, "_client", lambda args: sdk)
     args = argparse.Namespace(name="digits", follow=False, tail=20, namespace="team-a")
     return core, cluster.logs(args)
 
@@ -216,6 +244,15 @@ def test_logs_before_a_rayjob_exists(
     assert "has no RayJob yet" in capsys.readouterr().err
 
 
+def test_the_sdk_returns_lines_and_raises_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    pods = [_pod("digits-0-aaaaa", "t", state={"terminated": {"exitCode": 0}})]
+    sdk = _sdk(monkeypatch, _FakeCore(pods), {"phase": "Succeeded", "rayJobName": "digits-0"})
+    assert list(sdk.get_job_logs("digits")) == ["epoch 1 loss 0.3"]
+    sdk = _sdk(monkeypatch, _FakeCore([]), {"phase": "Succeeded", "rayJobName": "digits-0"})
+    with pytest.raises(LogsUnavailableError, match="is gone: the TrainJob is Succeeded"):
+        sdk.get_job_logs("digits")
+
+
 class _FakeWatch:
     """One event per stream: the pods changed."""
 
@@ -227,7 +264,7 @@ class _FakeWatch:
 
 
 def test_follow_waits_for_the_submitter_container_to_start(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     listings = [
         [],
@@ -238,29 +275,24 @@ def test_follow_waits_for_the_submitter_container_to_start(
     core.list_namespaced_pod = lambda namespace, label_selector: SimpleNamespace(  # type: ignore[method-assign]
         items=listings.pop(0), metadata=SimpleNamespace(resource_version="7")
     )
-    trainjob = {"metadata": {"name": "digits"}, "status": {"phase": "Created"}}
-    monkeypatch.setattr(cluster, "_get", lambda api_client, ns, name: trainjob)
-    monkeypatch.setattr(client, "CoreV1Api", lambda api_client: core)
+    sdk = _sdk(monkeypatch, core, {"phase": "Created"})
     _FakeWatch.calls = []
     monkeypatch.setattr(watch, "Watch", _FakeWatch)
 
-    name = cluster._wait_for_submitter(client.ApiClient(), "team-a", "digits", "digits-0")
+    notes: list[str] = []
+    name = sdk._wait_for_submitter("team-a", "digits", "digits-0", notes.append)
     assert name == "digits-0-aaaaa" and listings == []
     # it watched from each listing's version instead of polling
     assert [c["resource_version"] for c in _FakeWatch.calls] == ["7", "7"]
-    err = " ".join(capsys.readouterr().err.split())
-    assert "waiting for KubeRay's submitter pod of RayJob digits-0" in err
-    assert "waiting for the submitter pod digits-0-aaaaa (ContainerCreating)" in err
+    assert notes == [
+        "waiting for KubeRay's submitter pod of RayJob digits-0 (TrainJob phase: Created)",
+        "waiting for the submitter pod digits-0-aaaaa (ContainerCreating)",
+    ]
 
 
 def test_follow_gives_up_when_the_job_ended_without_a_submitter(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    core = _FakeCore([])
-    trainjob = {"metadata": {"name": "digits"}, "status": {"phase": "Failed"}}
-    monkeypatch.setattr(cluster, "_get", lambda api_client, ns, name: trainjob)
-    monkeypatch.setattr(cluster, "_rayjob", lambda api_client, ns, name: None)
-    monkeypatch.setattr(cluster, "_job_exists", lambda api_client, ns, name: False)
-    monkeypatch.setattr(client, "CoreV1Api", lambda api_client: core)
-    with pytest.raises(cluster.CLIError, match="is gone: the TrainJob is Failed"):
-        cluster._wait_for_submitter(client.ApiClient(), "team-a", "digits", "digits-0")
+    sdk = _sdk(monkeypatch, _FakeCore([]), {"phase": "Failed"})
+    with pytest.raises(LogsUnavailableError, match="is gone: the TrainJob is Failed"):
+        sdk._wait_for_submitter("team-a", "digits", "digits-0", lambda note: None)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
 
 import pytest
+from raytrain.models import Checkpoints, Event
+from rich.console import Console
 
-from raytrain_operator.cli import build_parser, render
+from raytrain_operator.cli import build_parser, cluster, render
 
 NOW = dt.datetime(2026, 11, 22, 8, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -107,61 +110,13 @@ def test_detail_shows_metrics_checkpoint_and_conditions() -> None:
     assert "Storage:     s3://b/p" in text
 
 
-def test_wait_is_met_by_a_fresh_true_condition() -> None:
-    job = _job(
-        conditions=[
-            {
-                "type": "Succeeded",
-                "status": "True",
-                "observedGeneration": 2,
-                "reason": "TrainingSucceeded",
-                "message": "ok",
-            }
-        ]
-    )
-    assert render.wait_outcome(job, "Succeeded") == (True, "ok")
+COMMANDS = [
+    "run", "submit", "get", "list", "wait", "logs", "delete", "suspend", "resume", "events",
+    "checkpoints", "session",
+]  # fmt: skip
 
 
-def test_wait_ignores_a_stale_condition() -> None:
-    job = _job(
-        conditions=[
-            {
-                "type": "Running",
-                "status": "True",
-                "observedGeneration": 1,
-                "reason": "R",
-                "message": "",
-            }
-        ]
-    )
-    assert render.wait_outcome(job, "Running") is None
-
-
-def test_wait_for_success_ends_when_the_job_fails() -> None:
-    job = _job(
-        conditions=[
-            {
-                "type": "Failed",
-                "status": "True",
-                "observedGeneration": 2,
-                "reason": "BackoffLimitExceeded",
-                "message": "3 attempts failed",
-            }
-        ]
-    )
-    assert render.wait_outcome(job, "Succeeded") == (
-        False,
-        "BackoffLimitExceeded: 3 attempts failed",
-    )
-    assert render.wait_outcome(job, "Failed") == (True, "3 attempts failed")
-
-
-def test_wait_keeps_waiting_while_running() -> None:
-    job = _job(conditions=[{"type": "Running", "status": "True", "reason": "R", "message": ""}])
-    assert render.wait_outcome(job, "Succeeded") is None
-
-
-@pytest.mark.parametrize("command", ["run", "submit", "get", "list", "wait", "logs"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args([command, "--help"])
@@ -172,3 +127,59 @@ def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]
 def test_run_requires_local() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "examples/digits.yaml"])
+
+
+def test_kubectl_plugin_names_itself_kubectl_raytrain(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser("kubectl raytrain").parse_args(["list", "--help"])
+    assert "usage: kubectl raytrain list" in capsys.readouterr().out
+
+
+def test_wait_accepts_complete_and_new_commands_parse() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["wait", "d", "--for", "Complete"]).condition == "Complete"
+    assert parser.parse_args(["delete", "a", "b", "-n", "x"]).names == ["a", "b"]
+    args = parser.parse_args(["session", "d", "--port", "0", "--context", "kind"])
+    assert (args.port, args.address, args.context) == (0, "127.0.0.1", "kind")
+    assert parser.parse_args(["checkpoints", "d", "-o", "uri"]).output == "uri"
+
+
+LONG_URI = "s3://raytrain-checkpoints/team-a/digits-0123456789ab/" + "checkpoint_000007/" * 4
+
+
+def _printed(monkeypatch: pytest.MonkeyPatch, lines: list[str]) -> str:
+    """What cluster._say prints for these lines on a 40-column terminal."""
+    out = io.StringIO()
+    monkeypatch.setattr(cluster, "console", Console(file=out, width=40, force_terminal=False))
+    for line in lines:
+        cluster._say(line)
+    return out.getvalue()
+
+
+def test_printed_uris_are_never_broken_or_read_as_markup(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = _job(
+        phase="Running",
+        checkpoint={"latestURI": LONG_URI, "bestURI": LONG_URI + "[best]"},
+        conditions=[{"type": "Failed", "status": "False", "reason": "R", "message": "[red]x"}],
+    )
+    text = _printed(monkeypatch, render.detail_lines(job, NOW))
+    assert f"latest {LONG_URI}\n" in text
+    assert f"best {LONG_URI}[best]" in text  # not taken for rich markup
+    assert "[red]x" in text
+    ckpt = Checkpoints(LONG_URI, None, None, 7, "s3://raytrain-checkpoints/team-a")
+    text = _printed(monkeypatch, cluster.checkpoint_lines("digits", ckpt))
+    assert f"Latest:   {LONG_URI}\n" in text and "Count:    7 reported" in text
+
+
+def test_event_lines_keep_the_message_whole_and_last() -> None:
+    events = [
+        Event("Normal", "Created", "RayJob digits-0 created", "TrainJob", "digits", 1, None,
+              NOW - dt.timedelta(seconds=75)),
+        Event("Warning", "BackOff", f"pull {LONG_URI}", "Pod", "digits-0-abcde-head-x1y2z", 4,
+              None, NOW - dt.timedelta(seconds=5)),
+    ]  # fmt: skip
+    lines = cluster.event_lines(events, NOW)
+    assert lines[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert lines[1].split()[:4] == ["1m15s", "Normal", "Created", "trainjob/digits"]
+    assert lines[2].endswith(f"pull {LONG_URI} (x4)")
+    assert lines[1].index("RayJob") == lines[2].index("pull")  # the columns line up

@@ -1,4 +1,4 @@
-"""`raytrain`: submit, inspect and wait for TrainJobs, or run one locally without Kubernetes.
+"""`raytrain`: submit, inspect, control and wait for TrainJobs, or run one locally.
 
     raytrain run examples/digits.yaml --local      # train on this machine with a local Ray
     raytrain submit examples/digits.yaml           # create it in the cluster
@@ -6,6 +6,13 @@
     raytrain get digits                            # one job in detail
     raytrain wait digits --for Succeeded           # block until done; exit 1 if it failed
     raytrain logs digits -f                        # the training driver's output
+    raytrain events digits                         # what happened to it and its pods
+    raytrain suspend digits / resume digits        # checkpoint and free the cluster, and back
+    raytrain checkpoints digits -o uri             # the latest and best checkpoint URIs
+    raytrain session digits                        # the Ray dashboard on localhost:8265
+    raytrain delete digits
+
+The same commands run as `kubectl raytrain ...`; Python scripts use `raytrain.TrainJobClient`.
 
 Every command that prints takes `-o json` for scripts.
 """
@@ -31,9 +38,9 @@ def _add_output(parser: argparse.ArgumentParser, choices: Sequence[str]) -> None
     parser.add_argument("-o", "--output", choices=list(choices), default=choices[0])
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "raytrain") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="raytrain",
+        prog=prog,
         description="Run and watch Ray Train TrainJobs (trainjobs.raytrain.dev).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
@@ -93,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--for",
         dest="condition",
         default="Succeeded",
-        choices=["Succeeded", "Failed", "Running", "Created", "Suspended"],
+        choices=["Succeeded", "Complete", "Failed", "Running", "Created", "Suspended"],
+        help="condition to wait for (Complete is Succeeded; default Succeeded)",
     )
     wait.add_argument("--timeout", type=float, default=3600.0, help="seconds (default 3600)")
     _add_namespace(wait)
@@ -111,11 +119,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     logs.add_argument("--tail", type=int, default=-1, help="lines from the end (default all)")
     _add_namespace(logs)
+
+    delete = sub.add_parser(
+        "delete", help="delete TrainJobs (their RayJobs, Ray clusters and pods go with them)"
+    )
+    delete.add_argument("names", nargs="+", metavar="NAME")
+    _add_namespace(delete)
+
+    for verb, text in (
+        ("suspend", "checkpoint, then remove the Ray cluster (spec.suspend: true)"),
+        ("resume", "start a new Ray cluster from the latest checkpoint (spec.suspend: false)"),
+    ):
+        cmd = sub.add_parser(verb, help=text)
+        cmd.add_argument("name")
+        _add_namespace(cmd)
+        _add_output(cmd, ("text", "json"))
+
+    events = sub.add_parser(
+        "events", help="Events of a TrainJob and of its RayJobs, Ray clusters and pods"
+    )
+    events.add_argument("name")
+    _add_namespace(events)
+    _add_output(events, ("text", "json"))
+
+    ckpt = sub.add_parser(
+        "checkpoints", help="the latest and best checkpoint URIs (-o uri: one URI a line)"
+    )
+    ckpt.add_argument("name")
+    _add_namespace(ckpt)
+    _add_output(ckpt, ("text", "json", "uri"))
+
+    session = sub.add_parser(
+        "session",
+        help="forward the Ray dashboard of a TrainJob's current cluster to localhost",
+        description="Run `kubectl port-forward` to the head Service of the TrainJob's current "
+        "Ray cluster (dashboard port 8265) and print the local URL; Ctrl-C stops it.",
+    )
+    session.add_argument("name")
+    session.add_argument(
+        "--port", type=int, default=8265, help="local port (default 8265; 0 picks a free one)"
+    )
+    session.add_argument("--address", default="127.0.0.1", help="local address (default 127.0.0.1)")
+    session.add_argument("--kubectl", default="kubectl", help="kubectl binary (default: on PATH)")
+    _add_namespace(session)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "raytrain") -> int:
+    args = build_parser(prog).parse_args(argv)
     if args.command == "run":
         from raytrain_operator.cli.local import run_local_command
 
@@ -128,8 +179,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "list": cluster.list_jobs,
         "wait": cluster.wait,
         "logs": cluster.logs,
+        "delete": cluster.delete,
+        "suspend": cluster.suspend,
+        "resume": cluster.resume,
+        "events": cluster.events,
+        "checkpoints": cluster.checkpoints,
+        "session": cluster.session,
     }
     return commands[args.command](args)
+
+
+def kubectl_main() -> int:
+    """`kubectl raytrain ...`: kubectl runs `kubectl-raytrain` from PATH with the rest of argv."""
+    return main(prog="kubectl raytrain")
 
 
 if __name__ == "__main__":

@@ -126,22 +126,3 @@ def detail_lines(obj: Obj, now: dt.datetime | None = None) -> list[str]:
                 f"{cond.get('reason', ''):<24} {cond.get('message', '')}"
             )
     return lines
-
-
-def wait_outcome(obj: Obj, wanted: str) -> tuple[bool, str] | None:
-    """Decide a `raytrain wait`: (met, message) once decided, None while still waiting.
-
-    Waiting for Succeeded ends unmet as soon as the job Failed, so scripts do not hang on a
-    job that can no longer succeed.
-    """
-    generation = obj.get("metadata", {}).get("generation")
-    cond = condition(obj, wanted)
-    if cond and cond.get("status") == "True":
-        fresh = cond.get("observedGeneration") in (None, generation)
-        if fresh:
-            return True, str(cond.get("message") or wanted)
-    if wanted != "Failed":
-        failed = condition(obj, "Failed")
-        if failed and failed.get("status") == "True":
-            return False, f"{failed.get('reason')}: {failed.get('message')}"
-    return None

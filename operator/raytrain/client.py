@@ -1,0 +1,617 @@
+"""`TrainJobClient`: create, watch and control TrainJobs from Python.
+
+The method names are Kubeflow TrainerClient's (`train`, `list_jobs`, `get_job`,
+`get_job_logs`, `get_job_events`, `wait_for_job_status`, `delete_job`), plus what a
+TrainJob can do that a Kubeflow one cannot: `suspend_job`, `resume_job`, `get_checkpoints`
+and a port-forward to the Ray dashboard. Every call goes to the Kubernetes API with the
+`kubernetes` client; nothing here imports Ray or torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import urllib3
+from kubernetes import client, utils, watch
+from kubernetes.client.exceptions import ApiException
+
+from raytrain import _manifest, models
+from raytrain._connection import Connection, api_message, connect, not_found_details
+from raytrain._dashboard import DashboardSession, DashboardTarget
+from raytrain.errors import (
+    ClusterUnreachableError,
+    CRDNotInstalledError,
+    DashboardUnavailableError,
+    InvalidJobError,
+    JobExistsError,
+    JobFailedError,
+    JobNotFoundError,
+    JobStateError,
+    LogsUnavailableError,
+    NamespaceNotFoundError,
+    RayTrainError,
+    WaitTimeoutError,
+)
+from raytrain.models import Checkpoints, Event, TrainJob
+from raytrain_operator.api import v1alpha1 as api
+from raytrain_operator.builders.pods import SUBMITTER_CONTAINER
+from raytrain_operator.cli import driverlog
+
+Callback = Callable[[TrainJob], None]
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+StatusSet = str | Iterable[str]
+
+
+class TrainJobClient:
+    """TrainJobs of one cluster, reached through a kubeconfig or the pod's service account.
+
+    `namespace` is the default of every call (each also takes `namespace=`); unset, it is the
+    kubeconfig context's namespace (of `context` when given), the pod's own in a cluster, or
+    `default`. `api_client` (a `kubernetes.client.ApiClient`) replaces the configuration lookup.
+    """
+
+    def __init__(
+        self,
+        namespace: str | None = None,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        api_client: Any = None,
+    ) -> None:
+        if api_client is not None:
+            self._conn = Connection(api_client, "default", context, kubeconfig)
+        else:
+            self._conn = connect(kubeconfig, context)
+        self.namespace = namespace or self._conn.namespace
+        self.context = self._conn.context
+        api_client = self._conn.api_client
+        self._api_client = api_client
+        self._custom = client.CustomObjectsApi(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self._batch = client.BatchV1Api(api_client)
+
+    # ------------------------------------------------------------------ errors
+
+    def _ns(self, namespace: str | None) -> str:
+        return namespace or self.namespace
+
+    def _namespace_missing(self, namespace: str) -> bool:
+        """True only when the namespace is known not to exist (reading it may be forbidden)."""
+        try:
+            self._core.read_namespace(namespace)
+        except ApiException as exc:
+            return bool(exc.status == 404)
+        except urllib3.exceptions.HTTPError:
+            return False
+        return False
+
+    def _no_namespace(self, namespace: str) -> NamespaceNotFoundError:
+        return NamespaceNotFoundError(
+            f"namespace {namespace!r} does not exist ({self._conn.where}); pass namespace=... "
+            f"(-n) with an existing one, or create it: kubectl create namespace {namespace}"
+        )
+
+    def _error(
+        self, exc: ApiException, what: str, namespace: str, name: str | None
+    ) -> RayTrainError:
+        message = api_message(exc)
+        if exc.status == 404:
+            details = not_found_details(exc)
+            if details.get("kind") == "namespaces":
+                return self._no_namespace(namespace)
+            if not details:
+                return CRDNotInstalledError(
+                    f"{what}: the cluster ({self._conn.where}) does not serve "
+                    f"{api.PLURAL}.{api.GROUP}/{api.VERSION}; install the CRD "
+                    f"(kubectl apply --server-side -f crds/, or the helm chart)"
+                )
+            if name is not None and details.get("kind") == api.PLURAL:
+                if self._namespace_missing(namespace):
+                    return self._no_namespace(namespace)
+                return JobNotFoundError(
+                    f"no TrainJob {name!r} in namespace {namespace!r} ({self._conn.where}); "
+                    f"list_jobs(all_namespaces=True) (`raytrain list -A`) shows every TrainJob"
+                )
+        if exc.status == 403:
+            return RayTrainError(
+                f"{what}: forbidden in namespace {namespace!r} ({self._conn.where}): {message}; "
+                f"your account needs RBAC on {api.PLURAL}.{api.GROUP} there"
+            )
+        return RayTrainError(f"{what}: {message}")
+
+    @contextlib.contextmanager
+    def _api(self, what: str, namespace: str, name: str | None = None) -> Iterator[None]:
+        try:
+            yield
+        except ApiException as exc:
+            raise self._error(exc, what, namespace, name) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise ClusterUnreachableError(
+                f"{what}: the Kubernetes API server did not answer ({self._conn.where}): {exc}"
+            ) from exc
+
+    def _get(self, name: str, namespace: str) -> dict[str, Any]:
+        with self._api(f"reading TrainJob {namespace}/{name}", namespace, name):
+            obj: dict[str, Any] = self._custom.get_namespaced_custom_object(
+                api.GROUP, api.VERSION, namespace, api.PLURAL, name
+            )
+        return obj
+
+    # ------------------------------------------------------------------ create, read
+
+    def train(
+        self,
+        job: _manifest.JobSource,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+    ) -> str:
+        """Create a TrainJob; returns its name (the server's, when the manifest has generateName).
+
+        `job` is a manifest dict, the path of a YAML file, or a typed `TrainJob` /
+        `TrainJobSpec` (`raytrain_operator.api.v1alpha1`; a spec needs `name=`). A file's other
+        objects (a credentials Secret, a PVC) are created first; one that already exists is
+        left as it is. The API server validates the TrainJob: its refusal names the field.
+        """
+        others: list[dict[str, Any]] = []
+        if isinstance(job, str | os.PathLike):
+            job, others = _manifest.split_file(job)
+        manifest = _manifest.to_manifest(job, name)
+        ns = self._target_namespace(manifest, namespace)
+        for other in others:
+            self.create_object(other, namespace=ns, exist_ok=True)
+        return self._create(manifest, ns)
+
+    def _target_namespace(self, manifest: dict[str, Any], namespace: str | None) -> str:
+        declared = manifest["metadata"].get("namespace")
+        if namespace and declared and namespace != declared:
+            raise InvalidJobError(
+                f"metadata.namespace is {declared!r} but namespace={namespace!r} was asked for; "
+                f"remove one of them"
+            )
+        ns: str = namespace or declared or self.namespace
+        manifest["metadata"]["namespace"] = ns
+        return ns
+
+    def _create(self, manifest: dict[str, Any], namespace: str) -> str:
+        label = manifest["metadata"].get("name") or manifest["metadata"].get("generateName")
+        try:
+            with self._api(f"creating TrainJob {namespace}/{label}", namespace):
+                created: dict[str, Any] = self._custom.create_namespaced_custom_object(
+                    api.GROUP, api.VERSION, namespace, api.PLURAL, manifest
+                )
+        except RayTrainError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ApiException) and cause.status == 409:
+                raise JobExistsError(
+                    f"TrainJob {label!r} already exists in namespace {namespace!r}; delete it "
+                    f"first (delete_job / `raytrain delete {label}`) or choose another name"
+                ) from cause
+            if isinstance(cause, ApiException) and cause.status in (400, 422):
+                raise InvalidJobError(
+                    f"TrainJob {label!r} was refused: {api_message(cause)}"
+                ) from cause
+            raise
+        return str(created["metadata"]["name"])
+
+    def create_object(
+        self, obj: Mapping[str, Any], *, namespace: str | None = None, exist_ok: bool = False
+    ) -> dict[str, str]:
+        """Create one object of a manifest (a TrainJob, or a Secret/PVC it needs).
+
+        Returns its kind, name and namespace. With `exist_ok`, an object that exists already
+        (HTTP 409) is left unchanged instead of raising JobExistsError.
+        """
+        doc = dict(obj)
+        doc["metadata"] = dict(doc.get("metadata") or {})
+        kind, label = doc.get("kind", "?"), doc["metadata"].get("name", "?")
+        if _manifest.is_trainjob(doc):
+            ns = self._target_namespace(doc, namespace)
+            try:
+                label = self._create(doc, ns)
+            except JobExistsError:
+                if not exist_ok:
+                    raise
+            return {"kind": str(kind), "name": str(label), "namespace": ns}
+        ns = self._target_namespace(doc, namespace)
+        try:
+            with self._api(f"creating {kind} {ns}/{label}", ns):
+                utils.create_from_dict(self._api_client, doc, namespace=ns)
+        except utils.FailToCreateError as exc:
+            failures = [e for e in exc.api_exceptions if not (exist_ok and e.status == 409)]
+            if failures:
+                first = failures[0]
+                if first.status == 409:
+                    raise JobExistsError(
+                        f"{kind} {label!r} already exists in namespace {ns!r}; delete it first "
+                        f"or give the new one another name"
+                    ) from exc
+                if first.status == 404 and self._namespace_missing(ns):
+                    raise self._no_namespace(ns) from exc
+                messages = "; ".join(api_message(e) for e in failures)
+                raise InvalidJobError(f"{kind} {label!r} was refused: {messages}") from exc
+        return {"kind": str(kind), "name": str(label), "namespace": ns}
+
+    def get_job(self, name: str, *, namespace: str | None = None) -> TrainJob:
+        """One TrainJob; JobNotFoundError (a LookupError) when there is none of that name."""
+        return TrainJob.from_object(self._get(name, self._ns(namespace)))
+
+    def list_jobs(
+        self,
+        *,
+        namespace: str | None = None,
+        all_namespaces: bool = False,
+        label_selector: str | None = None,
+    ) -> list[TrainJob]:
+        """TrainJobs of the namespace (or of every namespace), oldest first."""
+        ns = self._ns(namespace)
+        kwargs: dict[str, Any] = {}
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        with self._api(
+            "listing TrainJobs" + ("" if all_namespaces else f" in namespace {ns!r}"), ns
+        ):
+            if all_namespaces:
+                result = self._custom.list_cluster_custom_object(
+                    api.GROUP, api.VERSION, api.PLURAL, **kwargs
+                )
+            else:
+                result = self._custom.list_namespaced_custom_object(
+                    api.GROUP, api.VERSION, ns, api.PLURAL, **kwargs
+                )
+        items = result.get("items") or []
+        if not items and not all_namespaces and self._namespace_missing(ns):
+            raise self._no_namespace(ns)
+        jobs = [TrainJob.from_object(obj) for obj in items]
+        return sorted(jobs, key=lambda j: (j.namespace, j.creation_timestamp or _EPOCH, j.name))
+
+    def get_checkpoints(self, name: str, *, namespace: str | None = None) -> Checkpoints:
+        """The latest and best checkpoint URIs the runtime reported (status.checkpoint)."""
+        return self.get_job(name, namespace=namespace).checkpoints
+
+    # ------------------------------------------------------------------ change
+
+    def delete_job(self, name: str, *, namespace: str | None = None) -> None:
+        """Delete the TrainJob; Kubernetes garbage-collects its RayJob, Ray cluster and pods."""
+        ns = self._ns(namespace)
+        with self._api(f"deleting TrainJob {ns}/{name}", ns, name):
+            self._custom.delete_namespaced_custom_object(
+                api.GROUP, api.VERSION, ns, api.PLURAL, name
+            )
+
+    def _set_suspend(self, name: str, namespace: str | None, suspend: bool) -> TrainJob:
+        ns = self._ns(namespace)
+        job = TrainJob.from_object(self._get(name, ns))
+        if job.finished:
+            verb = "suspended" if suspend else "resumed"
+            raise JobStateError(
+                f"TrainJob {ns}/{name} has {job.phase}; a finished job cannot be {verb}. "
+                f"Create a new TrainJob to train again (it resumes from storage only if it "
+                f"points at the same checkpoints)"
+            )
+        if job.suspended == suspend:
+            return job
+        with self._api(f"{'suspending' if suspend else 'resuming'} TrainJob {ns}/{name}", ns, name):
+            obj = self._custom.patch_namespaced_custom_object(
+                api.GROUP, api.VERSION, ns, api.PLURAL, name, {"spec": {"suspend": suspend}}
+            )
+        return TrainJob.from_object(obj)
+
+    def suspend_job(self, name: str, *, namespace: str | None = None) -> TrainJob:
+        """Set spec.suspend: the runtime checkpoints, then the Ray cluster is removed.
+
+        Returns at once; `wait_for_job_status(name, "Suspended")` waits for it to happen.
+        """
+        return self._set_suspend(name, namespace, True)
+
+    def resume_job(self, name: str, *, namespace: str | None = None) -> TrainJob:
+        """Clear spec.suspend: a new Ray cluster starts and training resumes from the latest
+        checkpoint. Returns at once; wait for `Running` to see it start."""
+        return self._set_suspend(name, namespace, False)
+
+    # ------------------------------------------------------------------ wait
+
+    def wait_for_job_status(
+        self,
+        name: str,
+        status: StatusSet = "Succeeded",
+        *,
+        timeout: float = 600.0,
+        namespace: str | None = None,
+        callbacks: Iterable[Callback] = (),
+    ) -> TrainJob:
+        """Block until one of `status` (Created, Running, Suspended, Succeeded or its alias
+        Complete, Failed) is a True condition of the current generation; returns the job.
+
+        Raises JobFailedError (a RuntimeError) when the job fails while waiting for anything
+        else, WaitTimeoutError (a TimeoutError) after `timeout` seconds, naming the last
+        conditions seen. Each callback is called with every new state of the job. The job is
+        watched, not polled.
+        """
+        wanted = models.wanted_statuses(status)
+        ns = self._ns(namespace)
+        callbacks = list(callbacks)
+        deadline = time.monotonic() + timeout
+        last: TrainJob | None = None
+        seen_version = ""
+        obj = self._get(name, ns)
+        while True:
+            version = str(obj.get("metadata", {}).get("resourceVersion", ""))
+            if version != seen_version or last is None:
+                seen_version = version
+                last = TrainJob.from_object(obj)
+                for callback in callbacks:
+                    callback(last)
+                outcome = models.wait_outcome(last, wanted)
+                if outcome is not None:
+                    met, message = outcome
+                    if met:
+                        return last
+                    raise JobFailedError(
+                        f"TrainJob {ns}/{name} failed ({message}) while waiting for "
+                        f"{' or '.join(sorted(wanted))}",
+                        last,
+                    )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeoutError(
+                    f"TrainJob {ns}/{name} is not {' or '.join(sorted(wanted))} after "
+                    f"{timeout:g}s: phase {last.phase}; conditions: {last.describe_conditions()}",
+                    last,
+                )
+            obj = self._next_change(name, ns, seen_version, remaining)
+
+    def _next_change(
+        self, name: str, namespace: str, version: str, remaining: float
+    ) -> dict[str, Any]:
+        """The object after its next change, or as it is once `remaining` seconds passed."""
+        stream = watch.Watch().stream(
+            self._custom.list_namespaced_custom_object,
+            api.GROUP,
+            api.VERSION,
+            namespace,
+            api.PLURAL,
+            field_selector=f"metadata.name={name}",
+            resource_version=version,
+            timeout_seconds=max(1, int(remaining)),
+            _request_timeout=remaining + 10,
+        )
+        try:
+            with self._api(f"watching TrainJob {namespace}/{name}", namespace, name):
+                for event in stream:
+                    if event["type"] == "DELETED":
+                        raise JobNotFoundError(
+                            f"TrainJob {namespace}/{name} was deleted while waiting for it"
+                        )
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        changed: dict[str, Any] = event["object"]
+                        return changed
+        except RayTrainError as exc:
+            cause = exc.__cause__
+            expired = isinstance(cause, ApiException) and cause.status == 410
+            if not (expired or isinstance(cause, urllib3.exceptions.ReadTimeoutError)):
+                raise
+        # The watch ended without a change (or its version expired): read it afresh.
+        return self._get(name, namespace)
+
+    # ------------------------------------------------------------------ observe
+
+    def get_job_events(self, name: str, *, namespace: str | None = None) -> list[Event]:
+        """Events about the TrainJob and its children (RayJobs, Ray clusters, their pods and
+        KubeRay's submitter Jobs), oldest first."""
+        ns = self._ns(namespace)
+        job = TrainJob.from_object(self._get(name, ns))
+        with self._api(f"listing Events in namespace {ns!r}", ns):
+            listing = self._core.list_namespaced_event(ns)
+        items = [self._api_client.sanitize_for_serialization(e) for e in listing.items]
+        events = [Event.from_dict(e) for e in items if _about(e, job)]
+        return sorted(events, key=lambda e: e.event_time or _EPOCH)
+
+    def get_job_logs(
+        self,
+        name: str,
+        *,
+        follow: bool = False,
+        tail_lines: int | None = None,
+        namespace: str | None = None,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> Iterator[str]:
+        """The training driver's output, line by line: the log of the pod KubeRay's submitter
+        Job runs for the current attempt (it follows the Ray job's driver).
+
+        Without `follow`, what is there now; LogsUnavailableError says why when nothing is.
+        With `follow`, waits for the submitter pod to start (`on_wait` hears why it waits),
+        then streams until the driver ends.
+        """
+        ns = self._ns(namespace)
+        obj = self._get(name, ns)
+        job = TrainJob.from_object(obj)
+        rayjob = job.ray_job_name
+        if not rayjob:
+            raise LogsUnavailableError(
+                f"TrainJob {name} has no RayJob yet (status: {job.phase}); "
+                f"`kubectl describe trainjob.raytrain.dev {name} -n {ns}` says why"
+            )
+        kwargs: dict[str, Any] = {"container": SUBMITTER_CONTAINER}
+        if tail_lines is not None and tail_lines >= 0:
+            kwargs["tail_lines"] = tail_lines
+        if follow:
+            pod_name = self._wait_for_submitter(ns, name, rayjob, on_wait or (lambda _: None))
+            return self._stream_log(pod_name, ns, kwargs)
+        pod, _ = self._submitter_pod(ns, rayjob)
+        if pod is None:
+            raise LogsUnavailableError(self._missing(ns, job, rayjob))
+        state = driverlog.container_state(pod, SUBMITTER_CONTAINER)
+        if not state.started:
+            raise LogsUnavailableError(
+                driverlog.not_started_message(pod["metadata"]["name"], state, name)
+            )
+        pod_name = str(pod["metadata"]["name"])
+        with self._api(f"reading the log of pod {ns}/{pod_name}", ns):
+            text = self._core.read_namespaced_pod_log(pod_name, ns, **kwargs)
+        return iter(str(text).splitlines())
+
+    def _stream_log(self, pod_name: str, namespace: str, kwargs: dict[str, Any]) -> Iterator[str]:
+        with self._api(f"following the log of pod {namespace}/{pod_name}", namespace):
+            yield from watch.Watch().stream(
+                self._core.read_namespaced_pod_log, pod_name, namespace, **kwargs
+            )
+
+    def _submitter_pod(self, namespace: str, rayjob: str) -> tuple[dict[str, Any] | None, str]:
+        """The submitter pod (as a plain object) and the resourceVersion of the listing."""
+        with self._api(f"listing the submitter pods of RayJob {namespace}/{rayjob}", namespace):
+            listing = self._core.list_namespaced_pod(
+                namespace, label_selector=driverlog.submitter_selector(rayjob)
+            )
+        pods = [self._api_client.sanitize_for_serialization(p) for p in listing.items]
+        pod = driverlog.pick_submitter_pod(pods, rayjob)
+        return (dict(pod) if pod is not None else None), str(listing.metadata.resource_version)
+
+    def _rayjob_status(self, namespace: str, rayjob: str) -> dict[str, Any]:
+        try:
+            obj: dict[str, Any] = self._custom.get_namespaced_custom_object(
+                "ray.io", "v1", namespace, "rayjobs", rayjob
+            )
+        except (ApiException, urllib3.exceptions.HTTPError):
+            # Only a hint depends on it: a user who may not read RayJobs still gets the message.
+            return {}
+        return dict(obj.get("status") or {})
+
+    def _job_exists(self, namespace: str, name: str) -> bool:
+        try:
+            self._batch.read_namespaced_job(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def _missing(self, namespace: str, job: TrainJob, rayjob: str) -> str:
+        status = self._rayjob_status(namespace, rayjob)
+        head_pod = ((status.get("rayClusterStatus") or {}).get("head") or {}).get("podName")
+        with self._api(f"reading Job {namespace}/{rayjob}", namespace):
+            exists = self._job_exists(namespace, rayjob)
+        return driverlog.missing_message(
+            job.name,
+            job.phase,
+            rayjob,
+            job_exists=exists,
+            head_pod=head_pod,
+            job_id=status.get("jobId"),
+        )
+
+    def _wait_for_submitter(
+        self, namespace: str, name: str, rayjob: str, on_wait: Callable[[str], None]
+    ) -> str:
+        """Block until the submitter container has started; its pod's name."""
+        said = ""
+        while True:
+            pod, version = self._submitter_pod(namespace, rayjob)
+            if pod is not None:
+                state = driverlog.container_state(pod, SUBMITTER_CONTAINER)
+                if state.started:
+                    return str(pod["metadata"]["name"])
+                note = f"waiting for the submitter pod {pod['metadata']['name']} ({state.reason})"
+            else:
+                job = TrainJob.from_object(self._get(name, namespace))
+                if job.phase in driverlog.FINAL_PHASES:
+                    raise LogsUnavailableError(self._missing(namespace, job, rayjob))
+                note = (
+                    f"waiting for KubeRay's submitter pod of RayJob {rayjob} "
+                    f"(TrainJob phase: {job.phase})"
+                )
+            if note != said:
+                on_wait(note)
+                said = note
+            # Any change to the Job's pods (or a minute without one) is worth another look.
+            try:
+                for _ in watch.Watch().stream(
+                    self._core.list_namespaced_pod,
+                    namespace,
+                    label_selector=driverlog.submitter_selector(rayjob),
+                    resource_version=version,
+                    timeout_seconds=60,
+                ):
+                    break
+            except ApiException as exc:
+                if exc.status != 410:  # the listing's version expired: list again
+                    raise self._error(
+                        exc, f"watching pods of RayJob {rayjob}", namespace, None
+                    ) from exc
+
+    # ------------------------------------------------------------------ dashboard
+
+    def dashboard_target(self, name: str, *, namespace: str | None = None) -> DashboardTarget:
+        """The head Service of the job's current Ray cluster (KubeRay's `<cluster>-head-svc`)."""
+        ns = self._ns(namespace)
+        job = self.get_job(name, namespace=ns)
+        if not job.ray_cluster_name:
+            raise DashboardUnavailableError(
+                f"TrainJob {ns}/{name} has no Ray cluster now (phase {job.phase}); a dashboard "
+                f"exists only while a cluster runs: wait_for_job_status({name!r}, 'Running') "
+                f"(`raytrain wait {name} --for Running`) first"
+            )
+        service = f"{job.ray_cluster_name}-head-svc"
+        try:
+            self._core.read_namespaced_service(service, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise DashboardUnavailableError(
+                    f"the head Service {ns}/{service} of TrainJob {name} (RayCluster "
+                    f"{job.ray_cluster_name}) does not exist: KubeRay has not created it yet, "
+                    f"or the cluster was removed (phase {job.phase})"
+                ) from exc
+            raise self._error(exc, f"reading Service {ns}/{service}", ns, None) from exc
+        return DashboardTarget(ns, service, job.ray_cluster_name, job.attempt)
+
+    def port_forward_dashboard(
+        self,
+        name: str,
+        *,
+        local_port: int = 8265,
+        address: str = "127.0.0.1",
+        namespace: str | None = None,
+        kubectl: str = "kubectl",
+        timeout: float = 30.0,
+    ) -> DashboardSession:
+        """Forward the current Ray cluster's dashboard to `address:local_port` (0: any free
+        port) with `kubectl port-forward`; the session's `url` is where to open it. Close the
+        session (or use it in a `with` block) to stop forwarding."""
+        target = self.dashboard_target(name, namespace=namespace)
+        return DashboardSession(
+            target,
+            local_port=local_port,
+            address=address,
+            kubectl=kubectl,
+            kubeconfig=self._conn.kubeconfig,
+            context=self._conn.context,
+            timeout=timeout,
+        )
+
+
+_RAY_SUFFIX = "[a-z0-9]{5}"
+
+
+def _about(event: Mapping[str, Any], job: TrainJob) -> bool:
+    """Whether an Event concerns the TrainJob or an object made for one of its attempts.
+
+    Events carry no owner, so children are recognised by their deterministic names: RayJob and
+    submitter Job `<name>-<attempt>`, RayCluster `<rayjob>-<5>` and submitter pods the same
+    shape, Ray pods `<raycluster>-...`. The attempt is a number, so TrainJob `a-1`'s children
+    (`a-1-0...`) are never taken for attempt 1 of TrainJob `a`.
+    """
+    involved = event.get("involvedObject") or {}
+    kind, obj_name = involved.get("kind"), str(involved.get("name") or "")
+    if kind == api.KIND:
+        if job.uid and involved.get("uid"):
+            return bool(involved.get("uid") == job.uid)
+        return obj_name == job.name
+    rayjobs = "|".join(str(i) for i in range(job.attempt + 1))
+    pattern = rf"{re.escape(job.name)}-(?:{rayjobs})(?:-{_RAY_SUFFIX}(?:-.+)?)?"
+    return re.fullmatch(pattern, obj_name) is not None
