@@ -88,7 +88,8 @@ class DashboardSession:
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._stderr: deque[str] = deque(maxlen=20)
         threading.Thread(target=self._drain_stdout, daemon=True).start()
-        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        self._stderr_reader = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._stderr_reader.start()
         self.local_address, self.local_port = self._wait_ready(timeout, manual)
 
     def _drain_stdout(self) -> None:
@@ -117,7 +118,7 @@ class DashboardSession:
                 f"`{' '.join(self.command)}` did not start forwarding within {timeout:.0f}s: "
                 f"{self.stderr or 'no output'}"
             ) from None
-        self.process.wait(timeout=5)
+        self.wait()
         raise DashboardUnavailableError(
             f"`{' '.join(self.command)}` exited {self.process.returncode}: "
             f"{self.stderr or 'no output'} (try it by hand: {manual})"
@@ -137,7 +138,9 @@ class DashboardSession:
 
     def wait(self) -> int:
         """Block until kubectl exits (the head went away, or close() from another thread)."""
-        return self.process.wait()
+        code = self.process.wait()
+        self._stderr_reader.join(timeout=5)  # its last words, for the error message
+        return code
 
     def close(self) -> None:
         if self.process.poll() is None:
