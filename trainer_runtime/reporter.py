@@ -8,6 +8,11 @@ sent in the end (a trailing flush), and the terminal outcome last. Where the pat
 A transport that fails is retried with backoff and then given up on: reporting never stops the
 training, and a training failure is never hidden by a reporting failure.
 
+Every report names the attempt it comes from. The pod's environment (``RAYTRAIN_ATTEMPT``, set
+by the operator in each Ray container) wins over the contract's ``attempt``: the contract
+ConfigMap is shared by the attempts of a job, a pod's environment is fixed for its life, and the
+operator ignores a report from an attempt other than the current one.
+
 The pure parts (``Throttle``, ``ProgressEstimator``, ``build_status_patch``) do no I/O.
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +33,10 @@ from raytrain_contract.timefmt import parse_rfc3339, rfc3339
 log = logging.getLogger("trainer_runtime.reporter")
 
 CHECKPOINT_REQUEST_ANNOTATION = "raytrain.dev/checkpoint-requested"
+#: Set by the operator in every Ray container: the attempt (and RayJob, RayCluster) of the pod.
+ATTEMPT_ENV = "RAYTRAIN_ATTEMPT"
+RAYJOB_ENV = "RAYTRAIN_RAYJOB"
+RAYCLUSTER_ENV = "RAYTRAIN_RAYCLUSTER"
 RUNNING, SUCCEEDED, FAILED = "Running", "Succeeded", "Failed"
 _MESSAGE_LIMIT = 4000
 
@@ -39,6 +49,12 @@ class Transport(Protocol):
 
     def read_trainjob(self) -> Mapping[str, Any] | None:
         """The TrainJob as the API server has it now, or None when there is no server."""
+
+
+def attempt_from_env(environ: Mapping[str, str] | None = None) -> int | None:
+    """The pod's attempt from ``RAYTRAIN_ATTEMPT``; None when unset or not a number."""
+    value = (os.environ if environ is None else environ).get(ATTEMPT_ENV, "").strip()
+    return int(value) if value.isdigit() else None
 
 
 class Throttle:
@@ -188,6 +204,20 @@ class Reporter:
         backoff: float = 0.5,
     ) -> None:
         self.transport = transport
+        pod_attempt = attempt_from_env()
+        if pod_attempt is not None and pod_attempt != attempt:
+            log.warning(
+                "the contract says attempt %d, this pod belongs to attempt %d (%s=%s, %s=%s); "
+                "reporting as attempt %d",
+                attempt,
+                pod_attempt,
+                RAYJOB_ENV,
+                os.environ.get(RAYJOB_ENV, "?"),
+                RAYCLUSTER_ENV,
+                os.environ.get(RAYCLUSTER_ENV, "?"),
+                pod_attempt,
+            )
+            attempt = pod_attempt
         self.state = ReportState(attempt=attempt)
         self._clock = clock
         self._sleep = sleep

@@ -9,6 +9,7 @@ are never logged: the only thing read from a Secret is the list of its keys.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -183,6 +184,9 @@ def patch_rayjob(namespace: str, name: str, body: dict[str, Any]) -> None:
 
 
 def delete_rayjob(namespace: str, name: str) -> None:
+    """Delete in the foreground: the RayJob stays (with a deletionTimestamp) until the garbage
+    collector has removed its RayCluster, submitter Job and their pods (KubeRay makes them with
+    blockOwnerDeletion), so "the RayJob is gone" means "its pods are gone"."""
     call(
         "delete",
         RAYJOBS,
@@ -192,13 +196,13 @@ def delete_rayjob(namespace: str, name: str) -> None:
             namespace,
             RAYJOBS,
             name,
-            body={"propagationPolicy": "Background"},
+            body={"propagationPolicy": "Foreground"},
         ),
         ok=(404,),
     )
 
 
-def list_rayjob_names(namespace: str, label_selector: str) -> list[str]:
+def list_rayjobs(namespace: str, label_selector: str) -> list[dict[str, Any]]:
     result = call(
         "list",
         RAYJOBS,
@@ -206,11 +210,25 @@ def list_rayjob_names(namespace: str, label_selector: str) -> list[str]:
             RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, label_selector=label_selector
         ),
     )
-    items = (result or {}).get("items") or []
-    return [str(item["metadata"]["name"]) for item in items]
+    return [dict(item) for item in (result or {}).get("items") or []]
+
+
+def list_rayjob_names(namespace: str, label_selector: str) -> list[str]:
+    return [str(item["metadata"]["name"]) for item in list_rayjobs(namespace, label_selector)]
 
 
 # ------------------------------------------------------------------------------------ TrainJobs
+
+
+def get_trainjob(namespace: str, name: str) -> dict[str, Any] | None:
+    """The TrainJob as the API server has it now (not as a watch event delivered it)."""
+    obj = call(
+        "get",
+        PLURAL,
+        lambda: custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+        ok=(404,),
+    )
+    return None if obj is None else _sanitize(obj)
 
 
 def remove_trainjob_finalizer(
@@ -269,6 +287,29 @@ def secret_keys(namespace: str, name: str) -> set[str] | None:
     if secret is None:
         return None
     return set((secret.data or {}).keys())
+
+
+def list_pods(namespace: str, label_selector: str) -> list[dict[str, Any]] | None:
+    """Pods matching a selector; None when the operator may not list pods (403)."""
+    result = call(
+        "list",
+        "pods",
+        lambda: core().list_namespaced_pod(namespace, label_selector=label_selector),
+        ok=(403,),
+    )
+    if result is None:
+        return None
+    return [_sanitize(pod) for pod in result.items or []]
+
+
+def api_message(exc: ApiException) -> str:
+    """The API server's own message from an error response (its Status body), else the reason."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or exc.reason or f"HTTP {exc.status}")
 
 
 def service_account_exists(namespace: str, name: str) -> bool:

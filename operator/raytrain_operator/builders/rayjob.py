@@ -3,6 +3,11 @@
 Each attempt is its own RayJob `<name>-<attempt>` with KubeRay's own retries off
 (`backoffLimit: 0`): the operator retries at the cluster level, and every attempt runs under
 the same Ray Train run name, so it resumes from the latest checkpoint.
+
+Every Ray container learns which attempt and which cluster it belongs to from its environment
+(`RAYTRAIN_ATTEMPT`, `RAYTRAIN_RAYJOB`, `RAYTRAIN_RAYCLUSTER`): unlike the shared contract
+ConfigMap, a pod's environment never changes, so the runtime's reports name the attempt that
+really made them and the operator can ignore a report from another one.
 """
 
 from __future__ import annotations
@@ -33,12 +38,73 @@ ENTRYPOINT = "python -m trainer_runtime"
 #: KubeRay keeps the finished cluster this long (logs, dashboard) before deleting it.
 RAYJOB_TTL_SECONDS = 60
 HEAD_START_PARAMS = {"num-cpus": "0", "dashboard-host": "0.0.0.0"}
+#: Per-field hashes of the spec a RayJob was built from (JSON: spec key -> hash): a spec change
+#: that waits for the next attempt is reported by field name.
+ANNOTATION_FIELD_HASHES = "raytrain.dev/spec-field-hashes"
+#: The pod environment that binds the runtime's reports to their attempt and cluster.
+ENV_ATTEMPT = "RAYTRAIN_ATTEMPT"
+ENV_RAYJOB = "RAYTRAIN_RAYJOB"
+ENV_RAYCLUSTER = "RAYTRAIN_RAYCLUSTER"
+#: KubeRay's label on every pod of a RayCluster: the cluster's name.
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+
+#: Spec fields the operator applies to a running attempt at once (they are its own decisions,
+#: not part of what the RayJob, its pods or the contract are built from). Every other field is
+#: built into the attempt and waits for the next one (docs/operator.md, "Spec changes").
+IMMEDIATE_FIELDS = frozenset(
+    {"suspend", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"}
+)
+
+
+def _digest(value: Any, size: int) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:size]
+
+
+def _built_fields(trainjob: TrainJob) -> dict[str, Any]:
+    spec = trainjob.spec.model_dump(mode="json", by_alias=True)
+    return {k: v for k, v in spec.items() if k not in IMMEDIATE_FIELDS}
 
 
 def spec_hash(trainjob: TrainJob) -> str:
-    """Hash of everything in the spec a RayJob is built from (suspend aside)."""
-    spec = trainjob.spec.model_dump(mode="json", by_alias=True, exclude={"suspend"})
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    """Hash of everything in the spec a RayJob is built from (the immediate fields aside)."""
+    return _digest(_built_fields(trainjob), 16)
+
+
+def field_hashes(trainjob: TrainJob) -> dict[str, str]:
+    """One short hash per spec field a RayJob is built from (null fields included)."""
+    return {k: _digest(v, 8) for k, v in sorted(_built_fields(trainjob).items())}
+
+
+def changed_fields(trainjob: TrainJob, built: str | None) -> list[str] | None:
+    """`spec.<field>` names that differ from the annotation `built`; None when it is unreadable."""
+    try:
+        old = json.loads(built) if built else None
+    except ValueError:
+        return None
+    if not isinstance(old, dict):
+        return None
+    new = field_hashes(trainjob)
+    return [f"spec.{k}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
+def identity_env(name: str, attempt: int) -> list[dict[str, Any]]:
+    """Which attempt and cluster a pod belongs to (the cluster's name from KubeRay's label)."""
+    return [
+        {"name": ENV_ATTEMPT, "value": str(attempt)},
+        {"name": ENV_RAYJOB, "value": name},
+        {
+            "name": ENV_RAYCLUSTER,
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{RAY_CLUSTER_LABEL}']"}},
+        },
+    ]
+
+
+def _with_identity(template: dict[str, Any], name: str, attempt: int) -> dict[str, Any]:
+    for container in template.get("spec", {}).get("containers", []):
+        env = container.setdefault("env", [])
+        taken = {e.get("name") for e in env}
+        env.extend(e for e in identity_env(name, attempt) if e["name"] not in taken)
+    return template
 
 
 def worker_replicas(trainjob: TrainJob) -> tuple[int, int, int]:
@@ -71,6 +137,7 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
     annotations = metadata.setdefault("annotations", {})
     annotations[ANNOTATION_GENERATION] = str(meta.generation)
     annotations[ANNOTATION_SPEC_HASH] = spec_hash(trainjob)
+    annotations[ANNOTATION_FIELD_HASHES] = json.dumps(field_hashes(trainjob), sort_keys=True)
     if suspend and spec.suspend:
         annotations[ANNOTATION_SUSPENDED_BY_USER] = "true"
 
@@ -80,7 +147,11 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
         "minReplicas": min_replicas,
         "maxReplicas": max_replicas,
         "rayStartParams": {},
-        "template": build_pod_template(spec, meta, attempt, "worker", spec.worker_template),
+        "template": _with_identity(
+            build_pod_template(spec, meta, attempt, "worker", spec.worker_template),
+            metadata["name"],
+            attempt,
+        ),
     }
     custom = custom_group_resources(spec)
     if custom:
@@ -91,7 +162,11 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
         "enableInTreeAutoscaling": autoscaling_enabled(trainjob),
         "headGroupSpec": {
             "rayStartParams": dict(HEAD_START_PARAMS),
-            "template": build_pod_template(spec, meta, attempt, "head", spec.head),
+            "template": _with_identity(
+                build_pod_template(spec, meta, attempt, "head", spec.head),
+                metadata["name"],
+                attempt,
+            ),
         },
         "workerGroupSpecs": [worker_group],
     }

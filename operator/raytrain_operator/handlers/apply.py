@@ -7,6 +7,12 @@ with a server-side apply of the whole child, which corrects drift on every field
 object without our ownerReference belongs to someone else and is never touched: applying it
 would adopt it, because server-side apply reports a conflict only for fields that both
 managers set, and a foreign ConfigMap's keys need not overlap ours. Deletes tolerate "not found".
+
+Before the children of an attempt are created, `fence` reads the TrainJob and its RayJobs from
+the API server itself (not from the watch that woke the pass): a pass whose snapshot is older
+than the status, or that would start an attempt while another attempt's RayJob still exists,
+creates nothing. A child the API server refuses (422, 400, 403) raises `Rejected` with the
+server's own message, which the status shows.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from raytrain_contract.timefmt import parse_rfc3339
 from raytrain_operator import k8s, metrics
@@ -40,6 +47,44 @@ class Conflict(Exception):
     """A child's name is taken by an object the TrainJob does not own; it is left alone."""
 
 
+class Rejected(Exception):
+    """The API server refused a child, or the builders could not make one."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class Fenced(Exception):
+    """The pass must not create this attempt's children (its snapshot is stale, or another
+    attempt's RayJob still exists); nothing was created and the next pass decides again."""
+
+
+#: API answers to a create or apply that no retry of the same body can change.
+_REFUSALS = {400: "ChildRejected", 403: "ChildForbidden", 422: "ChildRejected"}
+
+
+def _refused(exc: ApiException, body: dict[str, Any]) -> Rejected:
+    kind, name = body["kind"], body["metadata"]["name"]
+    message = k8s.api_message(exc)
+    if exc.status == 404 and kind == "RayJob":
+        return Rejected(
+            "KubeRayMissing",
+            f"creating RayJob {name} failed with 404 ({message}): the ray.io/v1 RayJob API is "
+            "not served here; install the KubeRay operator and its CRDs",
+        )
+    fix = (
+        "the operator lacks a permission it needs; grant it (see the chart's RBAC)"
+        if exc.status == 403
+        else "fix the TrainJob field it comes from"
+    )
+    return Rejected(
+        _REFUSALS.get(int(exc.status or 0), "ChildRejected"),
+        f"the API server refused {kind} {name} ({exc.status}): {message}; {fix}",
+    )
+
+
 def _owned(obj: Mapping[str, Any], meta: Meta) -> bool:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(r.get("uid") == meta.uid for r in refs)
@@ -47,18 +92,56 @@ def _owned(obj: Mapping[str, Any], meta: Meta) -> bool:
 
 def _ensure(body: dict[str, Any], meta: Meta) -> bool:
     """Create a child, or apply it over the one we own already. True if created."""
-    if k8s.create(body) is not None:
-        return True
-    kind, name = body["kind"], body["metadata"]["name"]
-    existing = k8s.get(kind, meta.namespace, name)
-    # None: deleted between the create and the read; the apply creates it again.
-    if existing is not None and not _owned(existing, meta):
-        raise Conflict(
-            f"a {kind} named {name} exists in namespace {meta.namespace} but does not belong "
-            f"to this TrainJob (uid {meta.uid}); delete that {kind} or rename the TrainJob"
-        )
-    k8s.apply(body)
+    try:
+        if k8s.create(body) is not None:
+            return True
+        kind, name = body["kind"], body["metadata"]["name"]
+        existing = k8s.get(kind, meta.namespace, name)
+        # None: deleted between the create and the read; the apply creates it again.
+        if existing is not None and not _owned(existing, meta):
+            raise Conflict(
+                f"a {kind} named {name} exists in namespace {meta.namespace} but does not "
+                f"belong to this TrainJob (uid {meta.uid}); delete that {kind} or rename the "
+                "TrainJob"
+            )
+        k8s.apply(body)
+    except ApiException as exc:
+        if exc.status in _REFUSALS or (exc.status == 404 and body["kind"] == "RayJob"):
+            raise _refused(exc, body) from exc
+        raise
     return False
+
+
+def _attempt_label(rayjob: Mapping[str, Any]) -> int | None:
+    return machine.attempt_of(rayjob)
+
+
+def fence(meta: Meta, attempt: int) -> None:
+    """Raise `Fenced` unless the children of `attempt` may be created now (fresh reads)."""
+    fresh = k8s.get_trainjob(meta.namespace, meta.name)
+    fresh_uid = ((fresh or {}).get("metadata") or {}).get("uid")
+    if fresh is None or (meta.uid and fresh_uid != meta.uid):
+        raise Fenced(f"TrainJob {meta.namespace}/{meta.name} (uid {meta.uid}) no longer exists")
+    owned = [
+        r
+        for r in k8s.list_rayjobs(meta.namespace, f"{LABEL_TRAINJOB}={meta.name}")
+        if _owned(r, meta)
+    ]
+    highest = max((a for r in owned if (a := _attempt_label(r)) is not None), default=None)
+    now_at = machine.current_attempt(fresh.get("status") or {}, highest)
+    if now_at != attempt:
+        raise Fenced(
+            f"the TrainJob is at attempt {now_at} on the API server, this pass saw attempt "
+            f"{attempt}: it creates nothing"
+        )
+    others = sorted(
+        str(r["metadata"]["name"]) for r in owned if _attempt_label(r) not in (None, attempt)
+    )
+    if others:
+        raise Fenced(
+            f"RayJob {', '.join(others)} of another attempt still exists: attempt {attempt} "
+            "starts once it and its pods are gone"
+        )
 
 
 def ensure_children(
@@ -102,7 +185,18 @@ def run(
     for action in actions:
         if isinstance(action, EnsureChildren):
             if trainjob is not None:
-                ensure_children(trainjob, meta, action, creation_timestamp, logger)
+                fence(meta, action.attempt)
+                try:
+                    ensure_children(trainjob, meta, action, creation_timestamp, logger)
+                except (Conflict, Rejected, ApiException):
+                    raise
+                except Exception as exc:
+                    # A builder that breaks on this spec: say so instead of failing every pass.
+                    raise Rejected(
+                        "InvalidSpec",
+                        f"the operator could not build the children of this TrainJob "
+                        f"({type(exc).__name__}: {exc}); fix the spec field it names",
+                    ) from exc
         elif isinstance(action, SetRayJobSuspend):
             value = "true" if action.by_user and action.suspend else None
             k8s.patch_rayjob(

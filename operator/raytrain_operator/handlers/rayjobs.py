@@ -3,9 +3,12 @@ reads neither from the API server: the watches keep them current, and KubeRay's 
 land in them.
 
 kopf hands an index to every handler as the keyword argument named after its id: `rayjobs`,
-`rayclusters`. The RayCluster index holds only the worker counts: the RayJob carries a copy of
-its cluster's status, but KubeRay refreshes that copy only on a successful poll of the Ray
-dashboard, so it can lag behind the RayCluster's own status.
+`rayclusters`. RayJobs are keyed by their TrainJob (namespace and the `raytrain.dev/trainjob`
+label), so one look-up finds every attempt of a job: the next attempt is created only once the
+earlier ones are gone. The RayCluster index holds the worker counts and KubeRay's
+ReplicaFailure condition: the RayJob carries a copy of its cluster's status, but KubeRay
+refreshes that copy only on a successful poll of the Ray dashboard, so it can lag behind the
+RayCluster's own status.
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ from raytrain_operator.k8s import RAY_GROUP, RAY_VERSION, RAYCLUSTERS, RAYJOBS
 ORIGINATED_FROM = "ray.io/originated-from-cr-name"
 
 
+#: KubeRay's RayCluster condition while it cannot create or delete pods (quota, admission).
+REPLICA_FAILURE = "ReplicaFailure"
+
+
 @kopf.index(RAY_GROUP, RAY_VERSION, RAYJOBS, labels={LABEL_TRAINJOB: kopf.PRESENT}, id="rayjobs")
-def rayjobs_by_name(
+def rayjobs_by_trainjob(
     namespace: str | None,
     name: str,
     meta: kopf.Meta,
@@ -30,15 +37,19 @@ def rayjobs_by_name(
     status: kopf.Status,
     **_: Any,
 ) -> dict[tuple[str | None, str], dict[str, Any]]:
+    """(namespace, TrainJob name) -> each of its RayJobs, as much of it as a pass reads."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": dict(meta.labels),
+        "annotations": dict(meta.annotations),
+        "ownerReferences": [dict(r) for r in meta.get("ownerReferences", [])],
+    }
+    if meta.get("deletionTimestamp"):
+        metadata["deletionTimestamp"] = meta["deletionTimestamp"]
     return {
-        (namespace, name): {
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": dict(meta.labels),
-                "annotations": dict(meta.annotations),
-                "ownerReferences": [dict(r) for r in meta.get("ownerReferences", [])],
-            },
+        (namespace, str(meta.labels[LABEL_TRAINJOB])): {
+            "metadata": metadata,
             "spec": {"suspend": bool(spec.get("suspend", False))},
             "status": _plain(dict(status)),
         }
@@ -55,12 +66,17 @@ def rayjobs_by_name(
 def rayclusters_by_rayjob(
     namespace: str | None, name: str, meta: kopf.Meta, status: kopf.Status, **_: Any
 ) -> dict[tuple[str | None, str], dict[str, Any]]:
-    """RayJob name -> its RayCluster's name and worker counts."""
+    """RayJob name -> its RayCluster's name, worker counts and ReplicaFailure (or None)."""
+    failure = None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == REPLICA_FAILURE and cond.get("status") == "True":
+            failure = {"reason": cond.get("reason"), "message": cond.get("message")}
     return {
         (namespace, str(meta.labels[ORIGINATED_FROM])): {
             "name": name,
             "desiredWorkerReplicas": status.get("desiredWorkerReplicas"),
             "readyWorkerReplicas": status.get("readyWorkerReplicas"),
+            "replicaFailure": failure,
         }
     }
 

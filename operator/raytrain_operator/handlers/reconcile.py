@@ -1,26 +1,53 @@
-"""One reconcile pass: observe, plan (pure), act, report. Shared by every TrainJob handler."""
+"""One reconcile pass: observe, plan (pure), act, report. Shared by every TrainJob handler.
+
+Passes over one TrainJob never run at once (kopf runs the resync timer beside the change
+handlers): each takes the TrainJob's lock. The attempt a pass works on is derived from the
+RayJobs that exist as well as from the status, so a lost status patch cannot send it back.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
+from raytrain_contract.timefmt import parse_rfc3339
 from raytrain_operator import k8s, metrics
 from raytrain_operator.api.v1alpha1 import TrainJob
-from raytrain_operator.builders.meta import Meta
+from raytrain_operator.builders.contract import build_contract_configmap
+from raytrain_operator.builders.meta import LABEL_ATTEMPT, LABEL_TRAINJOB, Meta
 from raytrain_operator.builders.names import name_problems, rayjob_name
 from raytrain_operator.builders.rayjob import build_rayjob
+from raytrain_operator.builders.rbac import build_rbac
 from raytrain_operator.handlers import apply, preflight
 from raytrain_operator.settings import CONFIG
 from raytrain_operator.status import conditions, machine
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+#: Pods of a cluster that is still starting are looked at (for Unschedulable) after this long.
+UNSCHEDULABLE_CHECK_AFTER_SECONDS = 10.0
+
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _lock(uid: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(uid, threading.Lock())
+
+
+def forget(uid: str) -> None:
+    """Drop a deleted TrainJob's lock."""
+    with _locks_guard:
+        _locks.pop(uid, None)
 
 
 def parse(body: Mapping[str, Any]) -> tuple[TrainJob | None, str | None]:
@@ -39,21 +66,80 @@ def parse(body: Mapping[str, Any]) -> tuple[TrainJob | None, str | None]:
         return trainjob, problems[0]
     try:
         build_rayjob(trainjob, meta, 0, suspend=False)
+        build_contract_configmap(trainjob, meta, 0)
+        build_rbac(trainjob, meta)
     except ValueError as exc:
         return trainjob, f"{exc}; fix this field of the TrainJob"
+    except Exception as exc:
+        # Any builder failure (decimal overflow, a malformed override...) is a spec problem the
+        # user must see, not an exception that leaves the job Pending forever.
+        return trainjob, (
+            f"the operator could not build a RayJob from this spec ({type(exc).__name__}: "
+            f"{exc}); fix the field it names"
+        )
     return trainjob, None
 
 
-def lookup_rayjob(index: Any, namespace: str, name: str) -> dict[str, Any] | None:
-    """The RayJob from the in-memory index; the API when the index has not seen it (yet)."""
+def owned_rayjobs(index: Any, meta: Meta) -> list[dict[str, Any]]:
+    """Every RayJob of this TrainJob (all attempts) from the index, or the API without one."""
     if index is not None:
-        store = index.get((namespace, name))
-        if store:
-            for value in store:
-                metrics.RAYJOB_LOOKUPS.labels(source="index").inc()
-                return dict(value)
+        found = [dict(v) for v in index.get((meta.namespace, meta.name), ())]
+    else:
+        found = k8s.list_rayjobs(meta.namespace, f"{LABEL_TRAINJOB}={meta.name}")
+    return [r for r in found if _owned(r, meta)]
+
+
+def _owned(rayjob: Mapping[str, Any], meta: Meta) -> bool:
+    refs = (rayjob.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == meta.uid for r in refs)
+
+
+def lookup_rayjob(
+    owned: Iterable[Mapping[str, Any]], namespace: str, name: str
+) -> dict[str, Any] | None:
+    """The RayJob from the in-memory index; the API when the index has not seen it (yet)."""
+    for value in owned:
+        if (value.get("metadata") or {}).get("name") == name:
+            metrics.RAYJOB_LOOKUPS.labels(source="index").inc()
+            return dict(value)
     metrics.RAYJOB_LOOKUPS.labels(source="api").inc()
     return k8s.get_rayjob(namespace, name)
+
+
+def cluster_problem(
+    rayjob: Mapping[str, Any], index: Any, meta: Meta, attempt: int, now: datetime
+) -> tuple[str, str] | None:
+    """Why the cluster of a starting RayJob lacks pods: KubeRay's ReplicaFailure (a quota, an
+    admission webhook) or a pod the scheduler cannot place, with their own messages."""
+    status = rayjob.get("status") or {}
+    if status.get("jobDeploymentStatus") not in ("Initializing", "", None):
+        return None
+    rj_name = (rayjob.get("metadata") or {}).get("name")
+    for entry in (index or {}).get((meta.namespace, rj_name), ()):
+        failure = entry.get("replicaFailure")
+        if failure:
+            return (
+                "ReplicaFailure",
+                f"KubeRay cannot create the pods of RayCluster {entry.get('name')} "
+                f"({failure.get('reason')}): {failure.get('message')}",
+            )
+    started = parse_rfc3339(status.get("startTime"))
+    if started is None or (now - started).total_seconds() < UNSCHEDULABLE_CHECK_AFTER_SECONDS:
+        return None
+    selector = f"{LABEL_TRAINJOB}={meta.name},{LABEL_ATTEMPT}={attempt}"
+    for pod in k8s.list_pods(meta.namespace, selector) or ():
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if (
+                cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"
+            ):
+                name = (pod.get("metadata") or {}).get("name")
+                return (
+                    "Unschedulable",
+                    f"pod {name} cannot be scheduled: {cond.get('message') or 'no message'}",
+                )
+    return None
 
 
 def with_cluster_workers(rayjob: dict[str, Any], index: Any) -> dict[str, Any]:
@@ -103,18 +189,42 @@ def _reconcile(
     body: kopf.Body, patch: kopf.Patch, logger: Logger, rayjob_index: Any, raycluster_index: Any
 ) -> machine.Plan:
     meta = Meta.from_metadata(body["metadata"])
+    with _lock(meta.uid):
+        return _locked_pass(body, meta, patch, logger, rayjob_index, raycluster_index)
+
+
+def _locked_pass(
+    body: kopf.Body,
+    meta: Meta,
+    patch: kopf.Patch,
+    logger: Logger,
+    rayjob_index: Any,
+    raycluster_index: Any,
+) -> machine.Plan:
     status: dict[str, Any] = dict(body.get("status") or {})
     trainjob, spec_problem = parse(body)
     now = machine.now_utc()
 
     rayjob = None
     problem = None
+    older: dict[str, bool] = {}
+    highest: int | None = None
+    trouble = None
     if not machine.is_terminal(status) and trainjob is not None and spec_problem is None:
-        attempt = int(status.get("attempt") or 0)
-        rayjob = lookup_rayjob(rayjob_index, meta.namespace, rayjob_name(meta.name, attempt))
+        owned = owned_rayjobs(rayjob_index, meta)
+        attempts = [a for r in owned if (a := machine.attempt_of(r)) is not None]
+        highest = max(attempts, default=None)
+        attempt = machine.current_attempt(status, highest)
+        for r in owned:
+            at = machine.attempt_of(r)
+            if at is not None and at < attempt:
+                rmeta = r.get("metadata") or {}
+                older[str(rmeta.get("name"))] = bool(rmeta.get("deletionTimestamp"))
+        rayjob = lookup_rayjob(owned, meta.namespace, rayjob_name(meta.name, attempt))
         if rayjob is not None:
             rayjob = with_cluster_workers(rayjob, raycluster_index)
-        if machine.needs_preflight(status, rayjob):
+            trouble = cluster_problem(rayjob, raycluster_index, meta, attempt, now)
+        if machine.needs_preflight(status, rayjob) and not older:
             problem = preflight.check(trainjob, meta)
 
     observation = machine.Observation(
@@ -123,8 +233,11 @@ def _reconcile(
         status=status,
         now=now,
         rayjob=rayjob,
+        older_rayjobs=older,
+        highest_attempt=highest,
         preflight_problem=problem,
         spec_problem=spec_problem,
+        cluster_problem=trouble,
         checkpoint_grace_seconds=CONFIG.checkpoint_grace_seconds,
     )
     plan = machine.plan(observation)
@@ -137,8 +250,14 @@ def _reconcile(
             body["metadata"].get("creationTimestamp"),
             logger,
         )
+    except apply.Fenced as exc:
+        # This pass's picture is out of date: it writes nothing, the next pass decides again.
+        logger.info(f"Nothing created: {exc}.")
+        return plan
     except apply.Conflict as exc:
         plan = machine.plan(dataclasses.replace(observation, conflict=str(exc)))
+    except apply.Rejected as exc:
+        plan = machine.plan(dataclasses.replace(observation, rejected=(exc.reason, exc.message)))
     for key, value in plan.status.items():
         if status.get(key) != value:
             patch.status[key] = value

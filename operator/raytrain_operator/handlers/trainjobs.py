@@ -16,7 +16,7 @@ import kopf
 
 from raytrain_operator import metrics
 from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
-from raytrain_operator.handlers.reconcile import reconcile
+from raytrain_operator.handlers.reconcile import forget, reconcile
 from raytrain_operator.settings import CONFIG
 from raytrain_operator.status import machine
 
@@ -71,7 +71,9 @@ def resync(
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="delete", optional=True)
-def on_delete(logger: kopf.Logger, **_: Any) -> None:
+def on_delete(logger: kopf.Logger, uid: str | None = None, **_: Any) -> None:
+    if uid:
+        forget(uid)
     logger.info("TrainJob deleted; Kubernetes garbage-collects its RayJob, ConfigMap and RBAC.")
 
 

@@ -22,19 +22,28 @@ from raytrain_contract.timefmt import parse_rfc3339, rfc3339
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.meta import (
     ANNOTATION_CHECKPOINT_REQUESTED,
+    ANNOTATION_GENERATION,
     ANNOTATION_SPEC_HASH,
     ANNOTATION_SUSPENDED_BY_USER,
     LABEL_ATTEMPT,
     Meta,
 )
 from raytrain_operator.builders.names import rayjob_name, run_name
-from raytrain_operator.builders.rayjob import spec_hash
+from raytrain_operator.builders.rayjob import (
+    ANNOTATION_FIELD_HASHES,
+    changed_fields,
+    spec_hash,
+)
 from raytrain_operator.status import conditions as c
 from raytrain_operator.status.conditions import Desired, Transition
 
 #: Annotation on the TrainJob once its children were removed after the TTL.
 ANNOTATION_CLEANED_UP = "raytrain.dev/children-deleted"
 CHECKPOINT_GRACE_SECONDS = 120.0
+#: A checkpoint request older than the grace period plus this is from an earlier suspend.
+REQUEST_REUSE_MARGIN_SECONDS = 30.0
+#: Reconciling's reason while a spec change waits for the next attempt.
+SPEC_CHANGE_PENDING = "SpecChangePending"
 
 PENDING, RUNNING, SUSPENDED = "Pending", "Running", "Suspended"
 SUCCEEDED, FAILED, STALLED = "Succeeded", "Failed", "Stalled"
@@ -91,12 +100,20 @@ class Observation:
     now: datetime
     #: The RayJob `<name>-<attempt>` of the current attempt, as read from the API (or None).
     rayjob: Mapping[str, Any] | None = None
+    #: Owned RayJobs of earlier attempts that still exist: name -> True once being deleted.
+    older_rayjobs: Mapping[str, bool] = field(default_factory=dict)
+    #: The highest `raytrain.dev/attempt` among the owned RayJobs (None when there is none).
+    highest_attempt: int | None = None
     #: Why the RayJob cannot be created yet (missing PVC, Secret...), or None.
     preflight_problem: tuple[str, str] | None = None
     #: Why the spec can never be built (invalid quantity...), or None.
     spec_problem: str | None = None
     #: A child's name is taken by an object this TrainJob does not own (the message), or None.
     conflict: str | None = None
+    #: The API server refused a child (reason, message with the API's own words), or None.
+    rejected: tuple[str, str] | None = None
+    #: Why the Ray cluster lacks pods (KubeRay's ReplicaFailure, Unschedulable pods), or None.
+    cluster_problem: tuple[str, str] | None = None
     checkpoint_grace_seconds: float = CHECKPOINT_GRACE_SECONDS
 
 
@@ -119,6 +136,20 @@ def is_terminal(status: Mapping[str, Any]) -> bool:
     return c.is_true(conds, c.SUCCEEDED) or c.is_true(conds, c.FAILED)
 
 
+def current_attempt(status: Mapping[str, Any], highest_attempt: int | None) -> int:
+    """The attempt the job is at: the status' word, but never below a RayJob that exists.
+
+    A status patch can be lost (a crash, a conflict) or read from an older snapshot; the RayJobs
+    themselves, labelled with their attempt, cannot be: no pass ever goes back to an attempt
+    lower than the highest one that was created.
+    """
+    try:
+        attempt = int(status.get("attempt") or 0)
+    except (TypeError, ValueError):
+        attempt = 0
+    return max(attempt, highest_attempt or 0)
+
+
 def needs_preflight(obs_status: Mapping[str, Any], rayjob: Mapping[str, Any] | None) -> bool:
     """The storage preflight runs only before a RayJob is created."""
     return rayjob is None and not is_terminal(obs_status)
@@ -129,13 +160,32 @@ def _owned_by(rayjob: Mapping[str, Any], uid: str) -> bool:
     return any(r.get("uid") == uid for r in refs)
 
 
-def _trainer_phase(status: Mapping[str, Any], attempt: int) -> tuple[str | None, str]:
-    """The runtime's phase for this attempt (a report from an earlier attempt does not count)."""
+def _cluster_start(rj_status: Mapping[str, Any]) -> datetime | None:
+    """When KubeRay started the RayJob's current cluster (reset on every resume)."""
+    return parse_rfc3339(rj_status.get("startTime"))
+
+
+def _report(
+    status: Mapping[str, Any], attempt: int, cluster_start: datetime | None
+) -> Mapping[str, Any]:
+    """The runtime's report if it comes from this attempt's current cluster, else {}.
+
+    A report names its attempt (from the pod's environment); one from another attempt does not
+    count. Within an attempt, a report written before the current cluster started comes from
+    an earlier cluster of the same RayJob (before a suspend or a Kueue preemption).
+    """
     trainer = status.get("trainerStatus") or {}
     reported_attempt = trainer.get("attempt")
     if reported_attempt is not None and reported_attempt != attempt:
-        return None, ""
-    return trainer.get("phase"), str(trainer.get("message") or "")
+        return {}
+    written = parse_rfc3339(trainer.get("lastUpdatedTime"))
+    if cluster_start is not None and written is not None and written < cluster_start:
+        return {}
+    return trainer
+
+
+def _trainer_phase(report: Mapping[str, Any]) -> tuple[str | None, str]:
+    return report.get("phase"), str(report.get("message") or "")
 
 
 class _Builder:
@@ -147,6 +197,8 @@ class _Builder:
         self.status: dict[str, Any] = {}
         self.actions: list[Action] = []
         self.recheck: float | None = None
+        #: A spec change the running attempt does not carry (the message), or None.
+        self.pending: str | None = None
 
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.conds[type_] = Desired(status, reason, message)
@@ -158,12 +210,34 @@ class _Builder:
     def finish(self, phase: str) -> Plan:
         obs = self.obs
         now = rfc3339(obs.now)
-        merged, transitions = c.merge(
-            obs.status.get("conditions"), self.conds, obs.meta.generation, now
-        )
+        generation = obs.meta.generation
+        observed = generation
+        if self.pending is not None:
+            # The spec of this generation is not what runs: the generation is not observed.
+            held = obs.status.get("observedGeneration")
+            observed = held if isinstance(held, int) and held < generation else generation - 1
+            other = self.conds.get(c.RECONCILING)
+            message = self.pending
+            if other is not None and other.status and other.message:
+                message += f". Meanwhile: {other.message}"
+            self.set(c.RECONCILING, True, SPEC_CHANGE_PENDING, message)
+        merged, transitions = c.merge(obs.status.get("conditions"), self.conds, observed, now)
+        if self.pending is not None:
+            before = c.find(obs.status.get("conditions"), c.RECONCILING) or {}
+            for cond in merged:
+                if cond["type"] == c.RECONCILING:
+                    # This one is about the current generation: it says what waits.
+                    cond["observedGeneration"] = generation
+            announced = any(t.type == c.RECONCILING for t in transitions)
+            if not announced and before.get("observedGeneration") != generation:
+                # A further edit while one is pending: say again what waits now.
+                transitions.append(
+                    Transition(c.RECONCILING, "True", SPEC_CHANGE_PENDING, self.pending)
+                )
         self.status["conditions"] = merged
         self.status["phase"] = phase
-        self.status["observedGeneration"] = obs.meta.generation
+        if observed >= 1:
+            self.status["observedGeneration"] = observed
         return Plan(self.status, self.actions, transitions, self.recheck)
 
 
@@ -171,7 +245,7 @@ def plan(obs: Observation) -> Plan:
     """Decide one reconcile pass."""
     b = _Builder(obs)
     meta, st = obs.meta, obs.status
-    attempt = int(st.get("attempt") or 0)
+    attempt = current_attempt(st, obs.highest_attempt)
     restarts = int(st.get("restarts") or 0)
     b.status.update(
         {
@@ -205,6 +279,16 @@ def plan(obs: Observation) -> Plan:
         b.set(c.STALLED, True, "NameConflict", conflict)
         b.due_in(30)
         return b.finish(STALLED)
+    if obs.rejected is not None:
+        reason, msg = obs.rejected
+        b.set(c.STALLED, True, reason, msg)
+        b.set(c.CREATED, False, reason, "the API server refused a child; see Stalled")
+        b.due_in(30)
+        return b.finish(STALLED)
+
+    if not spec.suspend and ANNOTATION_CHECKPOINT_REQUESTED in meta.annotations:
+        # A request belongs to one suspend: a later suspend must ask for a fresh checkpoint.
+        b.actions.append(Annotate(ANNOTATION_CHECKPOINT_REQUESTED, None))
 
     # --- deadline, measured from the first start
     start = parse_rfc3339(st.get("startTime"))
@@ -214,6 +298,9 @@ def plan(obs: Observation) -> Plan:
         if left <= 0:
             if rj is not None:
                 b.actions.append(DeleteRayJob(name))
+            b.actions += [
+                DeleteRayJob(n) for n, gone in sorted(obs.older_rayjobs.items()) if not gone
+            ]
             return _fail(
                 b,
                 "DeadlineExceeded",
@@ -226,6 +313,8 @@ def plan(obs: Observation) -> Plan:
 
     # --- no RayJob yet for this attempt
     if rj is None:
+        if obs.older_rayjobs:
+            return _await_previous(b, name)
         if obs.preflight_problem is not None:
             reason, msg = obs.preflight_problem
             b.set(c.STALLED, True, reason, msg)
@@ -241,6 +330,7 @@ def plan(obs: Observation) -> Plan:
         if spec.queue_name:
             return _queued(b, spec.queue_name)
         b.set(c.SUSPENDED, False, "NotSuspended", "")
+        b.set(c.RUNNING, False, "Initializing", "")
         b.set(c.RECONCILING, True, "Initializing", f"waiting for KubeRay to start RayJob {name}")
         return b.finish(PENDING)
 
@@ -249,13 +339,30 @@ def plan(obs: Observation) -> Plan:
     rj_meta = rj.get("metadata") or {}
     rj_annotations = rj_meta.get("annotations") or {}
     rj_status = rj.get("status") or {}
+    if rj_meta.get("deletionTimestamp"):
+        msg = f"RayJob {name} is being deleted; it is created again once it and its pods are gone"
+        b.set(c.RUNNING, False, "RayJobDeleting", msg)
+        b.set(c.RECONCILING, True, "RayJobDeleting", msg)
+        b.due_in(2)
+        return b.finish(PENDING)
     deployment = str(rj_status.get("jobDeploymentStatus") or "")
     job_status = str(rj_status.get("jobStatus") or "")
     rj_suspended = bool(rj_spec.get("suspend"))
     _observe_rayjob(b, rj_status, rj_suspended, st)
 
+    if deployment == "ValidationFailed":
+        detail = rj_status.get("message") or rj_status.get("reason") or "no message"
+        return _fail(
+            b,
+            "RayJobValidationFailed",
+            f"KubeRay refused RayJob {name}: {detail}. The same spec fails the same way on "
+            "every retry, so none is made; fix the field KubeRay names and create the "
+            "TrainJob again",
+        )
+
     # --- outcome: the runtime's report first, the RayJob when the runtime said nothing
-    phase, message = _trainer_phase(st, attempt)
+    report = _report(st, attempt, _cluster_start(rj_status))
+    phase, message = _trainer_phase(report)
     if phase == SUCCEEDED or (phase is None and job_status == "SUCCEEDED"):
         source = "the trainer runtime" if phase == SUCCEEDED else f"RayJob {name}"
         return _succeed(b, message or f"training finished (reported by {source})")
@@ -270,41 +377,50 @@ def plan(obs: Observation) -> Plan:
             f"{job_status or '-'}: {detail}",
         )
     if failure is not None:
-        return _attempt_failed(b, tj, attempt, restarts, name, failure)
+        return _attempt_failed(b, tj, attempt, restarts, failure)
 
     # --- suspend and resume
     if spec.suspend:
-        return _suspend(b, tj, name, rj_suspended, deployment, job_status, phase)
+        return _suspend(b, name, rj_suspended, deployment, job_status, phase, rj_status)
     if rj_suspended:
         by_user = rj_annotations.get(ANNOTATION_SUSPENDED_BY_USER) == "true"
+        if rj_annotations.get(ANNOTATION_SPEC_HASH) not in (None, spec_hash(tj)):
+            # The spec changed while no cluster ran: a new attempt carries it (same run name).
+            msg = (
+                f"the spec changed while RayJob {name} was suspended; attempt {attempt + 1} "
+                "carries it and resumes from the latest checkpoint"
+            )
+            _advance(b, attempt, restarts)
+            b.set(c.SUSPENDED, False, "Resumed", msg)
+            b.set(c.RUNNING, False, "Resuming", msg)
+            b.set(c.RECONCILING, True, "Resuming", msg)
+            return b.finish(PENDING)
         if spec.queue_name and not by_user:
             return _queued(b, spec.queue_name)
-        if ANNOTATION_CHECKPOINT_REQUESTED in meta.annotations:
-            b.actions.append(Annotate(ANNOTATION_CHECKPOINT_REQUESTED, None))
-        if rj_annotations.get(ANNOTATION_SPEC_HASH) not in (None, spec_hash(tj)):
-            # The spec changed while suspended: a new RayJob carries it (same run name).
-            b.actions.append(DeleteRayJob(name))
-            b.actions.append(EnsureChildren(attempt + 1, bool(spec.queue_name)))
-            b.status["attempt"] = attempt + 1
-            b.status["rayJobName"] = rayjob_name(meta.name, attempt + 1)
-            b.set(c.CREATED, True, "RayJobCreated", f"spec changed: created attempt {attempt + 1}")
-            msg = "resuming with the changed spec from the latest checkpoint"
-        else:
-            b.actions.append(SetRayJobSuspend(name, False, by_user=False))
-            msg = f"resuming RayJob {name} from the latest checkpoint"
+        b.actions.append(SetRayJobSuspend(name, False, by_user=False))
+        msg = f"resuming RayJob {name} from the latest checkpoint"
         b.set(c.SUSPENDED, False, "Resumed", msg)
         b.set(c.RUNNING, False, "Resuming", msg)
         b.set(c.RECONCILING, True, "Resuming", msg)
         return b.finish(PENDING)
 
     b.set(c.SUSPENDED, False, "NotSuspended", "")
-    if deployment == "Running" or phase == RUNNING:
-        progress = (st.get("trainerStatus") or {}).get("progressPercentage")
+    b.pending = _pending_change(obs, tj, rj_annotations, name, attempt)
+    if deployment == "Running" and (phase == RUNNING or job_status == "RUNNING"):
+        progress = report.get("progressPercentage")
         detail = f"jobStatus {job_status or 'PENDING'}"
         if progress is not None:
             detail += f", progress {progress}%"
         b.set(c.RUNNING, True, "RayJobRunning", f"RayJob {name} is Running ({detail})")
         return b.finish(RUNNING)
+    if deployment == "Running":
+        msg = (
+            f"RayJob {name} submitted the Ray job; waiting for the trainer runtime of attempt "
+            f"{attempt} to report from its cluster"
+        )
+        b.set(c.RUNNING, False, "Starting", msg)
+        b.set(c.RECONCILING, True, "Starting", msg)
+        return b.finish(PENDING)
     reason = {
         "": "Initializing",
         "New": "Initializing",
@@ -316,14 +432,62 @@ def plan(obs: Observation) -> Plan:
     }.get(deployment, "Initializing")
     workers = b.status.get("workers") or {}
     b.set(c.RUNNING, False, reason, "")
-    b.set(
-        c.RECONCILING,
-        True,
-        reason,
+    message = (
         f"RayJob {name} is {deployment or 'New'}; workers ready "
-        f"{workers.get('ready', 0)}/{workers.get('desired', '?')}",
+        f"{workers.get('ready', 0)}/{workers.get('desired', '?')}"
     )
+    if obs.cluster_problem is not None:
+        reason, problem = obs.cluster_problem
+        message = f"{message}. {problem}"
+    b.set(c.RECONCILING, True, reason, message)
     return b.finish(PENDING)
+
+
+def _pending_change(
+    obs: Observation, tj: TrainJob, rj_annotations: Mapping[str, Any], name: str, attempt: int
+) -> str | None:
+    """What of the spec the running attempt does not carry, or None when it carries it all."""
+    generation = obs.meta.generation
+    built = rj_annotations.get(ANNOTATION_GENERATION)
+    if built == str(generation):
+        return None
+    if rj_annotations.get(ANNOTATION_SPEC_HASH) in (None, spec_hash(tj)):
+        return None
+    fields = changed_fields(tj, rj_annotations.get(ANNOTATION_FIELD_HASHES))
+    what = ", ".join(fields) if fields else "the spec"
+    return (
+        f"generation {generation} changed {what}; RayJob {name} (attempt {attempt}) still runs "
+        f"the spec of generation {built or 'before'}. These fields are built into an attempt, "
+        "so they take effect when the next one starts: after a failed attempt, or at once from "
+        "the latest checkpoint if you set spec.suspend to true and then back to false"
+    )
+
+
+def _await_previous(b: _Builder, name: str) -> Plan:
+    """Attempts never overlap: the next RayJob waits until the earlier ones and their pods are
+    gone (they are deleted in the foreground, so a RayJob disappears after its pods)."""
+    older = b.obs.older_rayjobs
+    b.actions += [DeleteRayJob(n) for n, deleting in sorted(older.items()) if not deleting]
+    msg = (
+        f"waiting for RayJob {', '.join(sorted(older))} of an earlier attempt and its pods to be "
+        f"deleted before RayJob {name} starts (two attempts never run at once)"
+    )
+    b.set(c.RUNNING, False, "StoppingPreviousAttempt", msg)
+    b.set(c.RECONCILING, True, "StoppingPreviousAttempt", msg)
+    b.due_in(2)
+    return b.finish(PENDING)
+
+
+def _advance(b: _Builder, attempt: int, restarts: int) -> None:
+    """Move to the next attempt in the status only; the next passes remove the old RayJob and,
+    once it is gone, create the new one. Nothing is deleted before the new attempt number is
+    on the API server, so a lost status patch is decided again, never half-done."""
+    nxt = attempt + 1
+    b.status.update(
+        {"attempt": nxt, "restarts": restarts, "rayJobName": rayjob_name(b.obs.meta.name, nxt)}
+    )
+    for key in ("rayClusterName", "dashboardURL", "workers"):
+        b.status[key] = None
 
 
 def _observe_rayjob(
@@ -356,12 +520,12 @@ def _queued(b: _Builder, queue: str) -> Plan:
 
 def _suspend(
     b: _Builder,
-    tj: TrainJob,
     name: str,
     rj_suspended: bool,
     deployment: str,
     job_status: str,
     phase: str | None,
+    rj_status: Mapping[str, Any],
 ) -> Plan:
     obs = b.obs
     if rj_suspended:
@@ -371,14 +535,18 @@ def _suspend(
     # The runtime can only checkpoint if it runs: the Ray job started and reports as Running.
     runtime_up = deployment == "Running" and (job_status == "RUNNING" or phase == RUNNING)
     requested = parse_rfc3339(obs.meta.annotations.get(ANNOTATION_CHECKPOINT_REQUESTED))
+    if requested is not None and _stale_request(obs, requested, rj_status):
+        requested = None
     if requested is None:
         # The request always precedes the suspend (the contract); it is waited on only when
-        # a runtime is there to answer it.
+        # a runtime is there to answer it. A request is never reused from an earlier suspend.
         b.actions.append(Annotate(ANNOTATION_CHECKPOINT_REQUESTED, rfc3339(obs.now)))
         if runtime_up:
             return _checkpointing(b, obs.checkpoint_grace_seconds)
     elif runtime_up:
-        trainer = obs.status.get("trainerStatus") or {}
+        trainer = _report(
+            obs.status, current_attempt(obs.status, obs.highest_attempt), _cluster_start(rj_status)
+        )
         written = parse_rfc3339(trainer.get("lastUpdatedTime"))
         done = (
             trainer.get("checkpointing") is False and written is not None and written >= requested
@@ -392,6 +560,16 @@ def _suspend(
     return b.finish(SUSPENDED)
 
 
+def _stale_request(obs: Observation, requested: datetime, rj_status: Mapping[str, Any]) -> bool:
+    """A checkpoint request left from an earlier suspend: older than the running cluster, or
+    older than one grace period and a resync (this suspend would have gone ahead by then)."""
+    started = _cluster_start(rj_status)
+    if started is not None and requested < started:
+        return True
+    age = (obs.now - requested).total_seconds()
+    return age > obs.checkpoint_grace_seconds + REQUEST_REUSE_MARGIN_SECONDS
+
+
 def _checkpointing(b: _Builder, left: float) -> Plan:
     msg = (
         "spec.suspend is true: waiting for the runtime to save a checkpoint "
@@ -403,26 +581,17 @@ def _checkpointing(b: _Builder, left: float) -> Plan:
 
 
 def _attempt_failed(
-    b: _Builder, tj: TrainJob, attempt: int, restarts: int, name: str, failure: tuple[str, str]
+    b: _Builder, tj: TrainJob, attempt: int, restarts: int, failure: tuple[str, str]
 ) -> Plan:
     reason, message = failure
     limit = tj.spec.backoff_limit
     if restarts < limit:
-        nxt = attempt + 1
-        b.actions.append(DeleteRayJob(name))
-        b.actions.append(EnsureChildren(nxt, bool(tj.spec.queue_name) or tj.spec.suspend))
-        b.status.update(
-            {
-                "attempt": nxt,
-                "restarts": restarts + 1,
-                "rayJobName": rayjob_name(b.obs.meta.name, nxt),
-            }
-        )
-        for key in ("rayClusterName", "dashboardURL", "workers"):
-            b.status[key] = None
+        _advance(b, attempt, restarts + 1)
+        nxt = rayjob_name(b.obs.meta.name, attempt + 1)
         msg = (
-            f"attempt {attempt} failed ({reason}: {message}); retry {restarts + 1} of {limit} "
-            f"starts RayJob {rayjob_name(b.obs.meta.name, nxt)} from the latest checkpoint"
+            f"attempt {attempt} failed ({reason}: {message}); retry {restarts + 1} of {limit}: "
+            f"once RayJob {rayjob_name(b.obs.meta.name, attempt)} and its pods are gone, "
+            f"RayJob {nxt} starts from the latest checkpoint"
         )
         b.set(c.RUNNING, False, "Retrying", msg)
         b.set(c.RECONCILING, True, "Retrying", msg)

@@ -1,0 +1,157 @@
+"""Attempts never overlap, and a lost or stale status never sends the job back an attempt."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Any
+
+import kopf
+import pytest
+from _factories import UID, manifest, meta, trainjob
+
+from raytrain_operator import k8s
+from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_operator.handlers import apply, reconcile
+from raytrain_operator.status import machine as m
+
+NOW = datetime(2026, 11, 22, 8, 0, 0, tzinfo=timezone.utc)
+LOG = logging.getLogger("test")
+
+
+def rayjob(
+    attempt: int, *, deployment: str = "Running", deleting: bool = False, uid: str = UID
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": f"digits-{attempt}",
+        "namespace": "team-a",
+        "labels": {"raytrain.dev/trainjob": "digits", "raytrain.dev/attempt": str(attempt)},
+        "ownerReferences": [{"uid": uid}],
+        "annotations": {},
+    }
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-11-22T07:59:00Z"
+    return {
+        "metadata": metadata,
+        "spec": {"suspend": False},
+        "status": {"jobDeploymentStatus": deployment},
+    }
+
+
+def plan(status: dict[str, Any], rj: dict[str, Any] | None, **kw: Any) -> m.Plan:
+    return m.plan(
+        m.Observation(
+            meta=meta(), trainjob=TrainJob.model_validate(manifest(backoffLimit=2)),
+            status=status, now=NOW, rayjob=rj, **kw,
+        )
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- the state machine
+
+
+def test_the_attempt_never_goes_below_a_rayjob_that_exists() -> None:
+    # The status patch that moved to attempt 1 was lost; RayJob digits-1 exists.
+    p = plan({"attempt": 0, "restarts": 1}, rayjob(1), highest_attempt=1)
+    assert p.status["attempt"] == 1 and p.status["rayJobName"] == "digits-1"
+    assert not any(isinstance(a, m.EnsureChildren) for a in p.actions)
+
+
+def test_a_failed_attempt_is_left_alone_until_the_next_attempt_is_on_record() -> None:
+    failed = rayjob(0, deployment="Failed")
+    first = plan({"attempt": 0, "restarts": 0}, failed, highest_attempt=0)
+    assert first.actions == [] and first.status["attempt"] == 1
+    # That status patch was lost: the same decision again, still without touching RayJob 0.
+    again = plan({"attempt": 0, "restarts": 0}, failed, highest_attempt=0)
+    assert again.actions == [] and again.status == first.status
+
+
+def test_a_rayjob_being_deleted_is_waited_for_not_recreated() -> None:
+    p = plan({"attempt": 0}, rayjob(0, deleting=True), highest_attempt=0)
+    assert p.actions == []
+    assert p.status["conditions"][-1]["reason"] == "RayJobDeleting"
+
+
+def test_the_next_attempt_waits_for_every_older_rayjob() -> None:
+    older = {"digits-0": True, "digits-1": False}
+    p = plan({"attempt": 2, "restarts": 2}, None, older_rayjobs=older, highest_attempt=1)
+    assert p.actions == [m.DeleteRayJob("digits-1")]
+    assert p.phase == "Pending"
+
+
+# ---------------------------------------------------------------------------- the fence (I/O)
+
+
+class Server:
+    """The TrainJob's status and the RayJobs, as the API server has them now."""
+
+    def __init__(self, attempt: int, rayjobs: list[dict[str, Any]]) -> None:
+        self.trainjob = {"metadata": {"uid": UID}, "status": {"attempt": attempt}}
+        self.rayjobs = rayjobs
+        self.ensured: list[int] = []
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Server:
+    srv = Server(0, [])
+    monkeypatch.setattr(k8s, "get_trainjob", lambda ns, name: srv.trainjob)
+    monkeypatch.setattr(k8s, "list_rayjobs", lambda ns, selector: list(srv.rayjobs))
+    monkeypatch.setattr(
+        apply, "ensure_children", lambda tj, meta, action, *_: srv.ensured.append(action.attempt)
+    )
+    return srv
+
+
+def run_actions(actions: list[m.Action]) -> None:
+    apply.run(actions, trainjob(), meta(), kopf.Patch(), None, LOG)
+
+
+def test_a_stale_snapshot_creates_nothing(server: Server) -> None:
+    # The snapshot says attempt 0 and RayJob 0 is gone; the server is at attempt 1 already.
+    server.trainjob["status"] = {"attempt": 1}
+    with pytest.raises(apply.Fenced, match="attempt 1"):
+        run_actions([m.EnsureChildren(0, False)])
+    assert server.ensured == []
+
+
+def test_a_rayjob_of_another_attempt_blocks_the_next_one(server: Server) -> None:
+    server.trainjob["status"] = {"attempt": 1}
+    server.rayjobs = [rayjob(0, deleting=True)]
+    with pytest.raises(apply.Fenced, match="digits-0"):
+        run_actions([m.EnsureChildren(1, False)])
+    server.rayjobs = []
+    run_actions([m.EnsureChildren(1, False)])
+    assert server.ensured == [1]
+
+
+def test_a_higher_rayjob_on_the_server_fences_a_lower_attempt(server: Server) -> None:
+    server.rayjobs = [rayjob(1)]  # status patch lost, RayJob 1 created
+    with pytest.raises(apply.Fenced):
+        run_actions([m.EnsureChildren(0, False)])
+
+
+def test_a_foreign_rayjob_with_our_label_does_not_count(server: Server) -> None:
+    server.rayjobs = [rayjob(3, uid="someone-else")]
+    run_actions([m.EnsureChildren(0, False)])
+    assert server.ensured == [0]
+
+
+# ------------------------------------------------------------------- one pass, from the index
+
+
+def test_a_pass_with_a_stale_body_follows_the_rayjobs_in_the_index(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"no API call expected: {args}")
+
+    for name in ("create", "apply", "get", "get_rayjob", "delete_rayjob", "patch_rayjob"):
+        monkeypatch.setattr(k8s, name, refuse)
+    monkeypatch.setattr(kopf, "info", lambda *a, **kw: None)
+    monkeypatch.setattr(kopf, "warn", lambda *a, **kw: None)
+    body = {**manifest(), "status": {"attempt": 0, "restarts": 0}}
+    index = {("team-a", "digits"): [rayjob(0, deleting=True), rayjob(1, deployment="Initializing")]}
+    patch = kopf.Patch()
+    p = reconcile.reconcile("resync", kopf.Body(body), patch, LOG, index, {})
+    assert p.status["attempt"] == 1 and p.actions == []
+    assert patch["status"]["attempt"] == 1
