@@ -66,10 +66,12 @@ def to_manifest(
             "apiVersion": api.API_VERSION,
             "kind": api.KIND,
             "metadata": {},
-            "spec": job.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "spec": job.model_dump(
+                mode="json", by_alias=True, exclude_unset=True, exclude_none=True
+            ),
         }
     elif isinstance(job, api.TrainJob):
-        manifest = job.model_dump(mode="json", by_alias=True, exclude_none=True)
+        manifest = job.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
         manifest["apiVersion"], manifest["kind"] = api.API_VERSION, api.KIND
         manifest.setdefault("metadata", {})
         manifest.pop("status", None)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import io
+from types import SimpleNamespace
 
 import pytest
-from raytrain.models import Checkpoints, Event
+from raytrain.models import Checkpoints, Event, TrainJob
 from rich.console import Console
 
 from raytrain_operator.cli import build_parser, cluster, render
@@ -183,3 +185,29 @@ def test_event_lines_keep_the_message_whole_and_last() -> None:
     assert lines[1].split()[:4] == ["1m15s", "Normal", "Created", "trainjob/digits"]
     assert lines[2].endswith(f"pull {LONG_URI} (x4)")
     assert lines[1].index("RayJob") == lines[2].index("pull")  # the columns line up
+
+
+def test_list_on_a_narrow_terminal_never_cuts_a_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    long_name = "a-rather-long-trainjob-name-of-forty-ch"
+    job = _job(phase="Running", trainerStatus={"progressPercentage": 40, "epoch": 3})
+    job["metadata"]["name"] = long_name  # type: ignore[index]
+    sdk = SimpleNamespace(
+        namespace="team-a", list_jobs=lambda all_namespaces: [TrainJob.from_object(job)]
+    )
+    monkeypatch.setattr(cluster, "_client", lambda args: sdk)
+    out = io.StringIO()
+    monkeypatch.setattr(cluster, "console", Console(file=out, width=40, force_terminal=False))
+    assert cluster.list_jobs(argparse.Namespace(all_namespaces=True, output="text")) == 0
+    header, row = out.getvalue().splitlines()
+    assert header.split() == [
+        "NAMESPACE",
+        "NAME",
+        "STATUS",
+        "PROGRESS",
+        "EPOCH",
+        "WORKERS",
+        "ETA",
+        "AGE",
+    ]
+    assert row.split()[:5] == ["team-a", long_name, "Running", "40%", "3"]
+    assert row.index(long_name) == header.index(" NAME ") + 1  # aligned

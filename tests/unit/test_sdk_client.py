@@ -135,7 +135,9 @@ def test_train_takes_a_dict_a_typed_spec_or_a_typed_trainjob(fakes: Any) -> None
     sent = custom.created[1]
     # camelCase, no nulls: what the CRD's schema expects
     assert sent["spec"]["scaling"]["numWorkers"] == 2 and "num_workers" not in sent["spec"]
-    assert "queueName" not in sent["spec"]
+    # only what was set: the operator's defaults (rayVersion, suspend...) are not frozen in
+    assert "queueName" not in sent["spec"] and "rayVersion" not in sent["spec"]
+    assert "suspend" not in sent["spec"]
 
     model = api.TrainJob.model_validate({"metadata": {"name": "c"}, "spec": _spec()})
     assert sdk.train(model) == "c" and custom.created[2]["kind"] == "TrainJob"

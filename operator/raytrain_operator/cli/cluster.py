@@ -18,7 +18,6 @@ from raytrain import RayTrainError, TrainJobClient
 from raytrain.errors import JobFailedError, WaitTimeoutError
 from raytrain.models import Checkpoints, Event, TrainJob
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from raytrain_operator.cli import render
@@ -117,14 +116,10 @@ def list_jobs(args: argparse.Namespace) -> int:
         where = "any namespace" if args.all_namespaces else f"namespace {sdk.namespace!r}"
         _say(f"No TrainJobs in {where}.")
         return 0
-    table = Table(box=None, header_style="bold", pad_edge=False)
     columns = render.LIST_COLUMNS if args.all_namespaces else render.LIST_COLUMNS[1:]
-    for column in columns:
-        table.add_column(column, no_wrap=True)
-    for job in jobs:
-        row = render.list_row(job.manifest)
-        table.add_row(*(row if args.all_namespaces else row[1:]))
-    console.print(table, soft_wrap=True)
+    rows = [render.list_row(job.manifest) for job in jobs]
+    for line in render.columns([columns, *(r if args.all_namespaces else r[1:] for r in rows)]):
+        _say(line)
     return 0
 
 
@@ -231,14 +226,7 @@ def event_lines(events: list[Event], now: dt.datetime | None = None) -> list[str
         )
         for e in events
     ]
-    header = ("LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    return [
-        "   ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True))
-        + "   "
-        + row[4]
-        for row in [header, *rows]
-    ]
+    return render.columns([("LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"), *rows])
 
 
 @_guard

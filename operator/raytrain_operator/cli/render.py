@@ -126,3 +126,15 @@ def detail_lines(obj: Obj, now: dt.datetime | None = None) -> list[str]:
                 f"{cond.get('reason', ''):<24} {cond.get('message', '')}"
             )
     return lines
+
+
+def columns(rows: Sequence[Sequence[str]], gap: int = 3) -> list[str]:
+    """Rows as aligned text, like kubectl's tables: no cell is ever cut, wrapped or elided (the
+    line grows instead), and the last column is not padded, so it can hold a long message."""
+    if not rows:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [
+        (" " * gap).join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]])
+        for row in rows
+    ]
