@@ -14,6 +14,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +230,40 @@ def runtime_report(
     )
 
 
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def report_running(
+    cluster: KubeCluster, ns: str, name: str, attempt: int = 0, **extra: Any
+) -> dict[str, Any]:
+    """Once KubeRay has submitted attempt `attempt`'s Ray job, report as its runtime would.
+
+    Under KWOK no runtime runs; Running needs a report from the attempt's current cluster
+    (written after KubeRay started it) or Ray's own jobStatus, which KWOK never produces.
+    """
+    wait_for(
+        lambda: (
+            (get(cluster, ns, "rayjobs.ray.io", f"{name}-{attempt}") or {})
+            .get("status", {})
+            .get("jobDeploymentStatus")
+            == "Running"
+        ),
+        T_KUBERAY,
+        f"RayJob {name}-{attempt} jobDeploymentStatus Running",
+    )
+    report = {"phase": "Running", "attempt": attempt, "lastUpdatedTime": utc_now(), **extra}
+    runtime_report(cluster, ns, name, report)
+    return report
+
+
+def events_of(cluster: KubeCluster, ns: str, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.get_json(
+        "events", "-n", ns, "--field-selector", f"involvedObject.name={name}"
+    )["items"]
+    return items
+
+
 # ------------------------------------------------------------------------------ tests
 
 
@@ -295,7 +330,15 @@ def test_trainjob_becomes_a_running_rayjob_on_gpu_nodes(
         )
     roles = sorted(p["metadata"]["labels"]["raytrain.dev/role"] for p in pods)
     assert roles == ["head", "worker", "worker"]
+    for pod in pods:
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert env["RAYTRAIN_ATTEMPT"]["value"] == "0"
+        assert env["RAYTRAIN_RAYJOB"]["value"] == f"{name}-0"
+        assert env["RAYTRAIN_RAYCLUSTER"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+            "metadata.labels['ray.io/cluster']"
+        )
 
+    report_running(kube_cluster, ns, name)
     wait_condition(kube_cluster, ns, name, "Running", timeout=T_KUBERAY)
     status = (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"]
     assert status["phase"] == "Running"
@@ -403,6 +446,7 @@ def test_suspend_and_resume(kube_cluster: KubeCluster, namespace: str, operator:
     ns, name = namespace, "pause"
     create(kube_cluster, ns, secret(f"{name}-s3"))
     create(kube_cluster, ns, trainjob(name))
+    report_running(kube_cluster, ns, name)
     wait_condition(kube_cluster, ns, name, "Running", timeout=T_KUBERAY)
     pods = f"raytrain.dev/trainjob={name}"
     ray = f"{pods},raytrain.dev/role in (head,worker)"  # KubeRay's submitter pod aside
@@ -455,7 +499,30 @@ def test_suspend_and_resume(kube_cluster: KubeCluster, namespace: str, operator:
         T_CREATE,
         "RayJob resumed",
     )
-    # a new Ray cluster comes up for the same RayJob (same run name: it resumes)
+    # A new Ray cluster comes up for the same RayJob (same run name: it resumes). The report
+    # from before the suspend is from the old cluster: until the new one's runtime reports,
+    # the job is not Running, however far KubeRay has got.
+    wait_for(
+        lambda: (
+            (get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") or {})
+            .get("status", {})
+            .get("jobDeploymentStatus")
+            == "Running"
+        ),
+        T_KUBERAY,
+        "the resumed RayJob Running in KubeRay's words",
+    )
+    not_yet = wait_condition(kube_cluster, ns, name, "Reconciling")
+    assert not_yet["reason"] in ("Starting", "ClusterStarting", "Initializing"), not_yet
+    wait_for(
+        lambda: (
+            (condition(kube_cluster, ns, name, "Reconciling") or {}).get("reason") == "Starting"
+        ),
+        T_CREATE,
+        "Reconciling=Starting (the job submitted, no report from the new cluster yet)",
+    )
+    assert (condition(kube_cluster, ns, name, "Running") or {})["status"] == "False"
+    report_running(kube_cluster, ns, name)
     wait_condition(kube_cluster, ns, name, "Running", timeout=T_KUBERAY)
     assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [
         f"{name}-0"
@@ -468,8 +535,8 @@ def test_suspend_waits_for_the_runtimes_checkpoint(
     ns, name = namespace, "ckpt"
     create(kube_cluster, ns, secret(f"{name}-s3"))
     create(kube_cluster, ns, trainjob(name))
+    report_running(kube_cluster, ns, name)
     wait_condition(kube_cluster, ns, name, "Running", timeout=T_KUBERAY)
-    runtime_report(kube_cluster, ns, name, {"phase": "Running", "attempt": 0})
 
     kube_cluster.kubectl(
         "patch",
@@ -618,6 +685,12 @@ def test_preflight_stalls_without_a_rayjob_until_fixed(
         assert {"name": "raytrain-storage", "persistentVolumeClaim": {"claimName": "ckpt"}} in vols
 
 
+def attempt_pods(cluster: KubeCluster, ns: str, name: str, attempt: int) -> list[str]:
+    return names(
+        cluster, ns, "pods", f"raytrain.dev/trainjob={name},raytrain.dev/attempt={attempt}"
+    )
+
+
 def test_failed_attempt_is_retried_with_a_new_rayjob_until_the_backoff_limit(
     kube_cluster: KubeCluster, namespace: str, operator: Operator
 ) -> None:
@@ -628,12 +701,21 @@ def test_failed_attempt_is_retried_with_a_new_rayjob_until_the_backoff_limit(
     run_name = json.loads(
         (get(kube_cluster, ns, "configmap", f"{name}-contract") or {})["data"]["contract.json"]
     )["runName"]
+    # attempt 0 has a cluster whose pods must be gone before attempt 1 starts
+    wait_for(
+        lambda: len(attempt_pods(kube_cluster, ns, name, 0)) >= 3, T_KUBERAY, "attempt 0's pods"
+    )
 
     runtime_report(kube_cluster, ns, name, {"phase": "Failed", "attempt": 0, "message": "OOM"})
-    wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-1"), T_CREATE, "RayJob -1")
     wait_for(
-        lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") is None, T_CREATE, "-0 gone"
+        lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-1"),
+        T_KUBERAY,
+        "RayJob -1",
+        interval=0.1,
     )
+    # The attempts never overlap: by the time RayJob -1 exists, -0 and its pods are gone.
+    assert get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") is None
+    assert attempt_pods(kube_cluster, ns, name, 0) == []
     status = (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"]
     assert (status["attempt"], status["restarts"]) == (1, 1)
     contract = json.loads(
@@ -641,6 +723,25 @@ def test_failed_attempt_is_retried_with_a_new_rayjob_until_the_backoff_limit(
     )
     assert contract["attempt"] == 1 and contract["runName"] == run_name
     assert condition(kube_cluster, ns, name, "Failed")["status"] == "False"  # type: ignore[index]
+    events = {e["reason"] for e in events_of(kube_cluster, ns, name)}
+    assert "StoppingPreviousAttempt" in events, events
+
+    # A status that says attempt 0 again (a lost patch, a pass with an old snapshot) must not
+    # bring RayJob -0 back beside -1: the attempt follows the RayJobs that exist.
+    kube_cluster.kubectl(
+        "patch", "trainjobs.raytrain.dev", name, "-n", ns, "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": {"attempt": 0, "rayJobName": f"{name}-0"}}),
+    )  # fmt: skip
+    wait_for(
+        lambda: (
+            (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"]["attempt"] == 1
+        ),
+        T_CREATE,
+        "the operator to put the attempt back to 1",
+    )
+    assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [
+        f"{name}-1"
+    ]
 
     runtime_report(kube_cluster, ns, name, {"phase": "Failed", "attempt": 1, "message": "OOM"})
     failed = wait_condition(kube_cluster, ns, name, "Failed")
@@ -648,6 +749,93 @@ def test_failed_attempt_is_retried_with_a_new_rayjob_until_the_backoff_limit(
     assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [
         f"{name}-1"
     ]
+
+
+def test_a_spec_edit_to_a_running_job_waits_for_the_next_attempt(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    ns, name = namespace, "edit"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    create(kube_cluster, ns, trainjob(name))
+    report_running(kube_cluster, ns, name)
+    wait_condition(kube_cluster, ns, name, "Running", timeout=T_KUBERAY)
+    first = get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {}
+    gen1 = first["metadata"]["generation"]
+    wait_for(
+        lambda: (
+            (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"].get(
+                "observedGeneration"
+            )
+            == gen1
+        ),
+        T_CREATE,
+        "generation 1 observed",
+    )
+
+    edit = {"spec": {"scaling": {"numWorkers": 4}, "config": {"epochs": 5}}}
+    kube_cluster.kubectl(
+        "patch", "trainjobs.raytrain.dev", name, "-n", ns, "--type=merge", "-p", json.dumps(edit)
+    )
+    pending = wait_condition(kube_cluster, ns, name, "Reconciling")
+    wait_for(
+        lambda: (
+            (condition(kube_cluster, ns, name, "Reconciling") or {}).get("reason")
+            == "SpecChangePending"
+        ),
+        T_CREATE,
+        "Reconciling=SpecChangePending",
+    )
+    pending = condition(kube_cluster, ns, name, "Reconciling") or {}
+    tj = get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {}
+    gen2 = tj["metadata"]["generation"]
+    assert gen2 == gen1 + 1
+    # kstatus: observedGeneration behind metadata.generation, and Reconciling True: InProgress
+    assert tj["status"]["observedGeneration"] == gen1
+    assert pending["observedGeneration"] == gen2
+    assert "spec.scaling" in pending["message"] and "spec.config" in pending["message"]
+    assert (condition(kube_cluster, ns, name, "Running") or {})["status"] == "True"
+    rj = get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") or {}
+    assert rj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 2
+    assert "SpecChangePending" in {e["reason"] for e in events_of(kube_cluster, ns, name)}
+
+    # Suspend (applied at once) and resume: the next attempt carries the change.
+    kube_cluster.kubectl(
+        "patch", "trainjobs.raytrain.dev", name, "-n", ns, "--type=merge", "-p",
+        '{"spec":{"suspend":true}}',
+    )  # fmt: skip
+    requested = wait_for(
+        lambda: (
+            (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["metadata"]
+            .get("annotations", {})
+            .get("raytrain.dev/checkpoint-requested")
+        ),
+        T_CREATE,
+        "the checkpoint request",
+    )
+    runtime_report(
+        kube_cluster, ns, name,
+        {"phase": "Running", "attempt": 0, "checkpointing": False, "lastUpdatedTime": requested},
+    )  # fmt: skip
+    wait_condition(kube_cluster, ns, name, "Suspended")
+    kube_cluster.kubectl(
+        "patch", "trainjobs.raytrain.dev", name, "-n", ns, "--type=merge", "-p",
+        '{"spec":{"suspend":false}}',
+    )  # fmt: skip
+    rj1 = wait_for(
+        lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-1"), T_KUBERAY, "RayJob -1"
+    )
+    assert get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") is None
+    assert rj1["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 4
+    report_running(kube_cluster, ns, name, attempt=1)
+    wait_condition(kube_cluster, ns, name, "Running", timeout=T_KUBERAY)
+    wait_for(
+        lambda: condition(kube_cluster, ns, name, "Reconciling") is None,
+        T_CREATE,
+        "Reconciling gone",
+    )
+    tj = get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {}
+    assert tj["status"]["observedGeneration"] == tj["metadata"]["generation"]
+    assert tj["status"]["restarts"] == 0 and tj["status"]["attempt"] == 1
 
 
 def test_active_deadline_deletes_the_rayjob_and_fails(
@@ -705,6 +893,7 @@ def test_every_example_becomes_a_rayjob(
     if example == "digits-pvc.yaml":
         # the claim has no provisioner here, so its pods cannot start: only the RayJob is checked
         return
+    report_running(kube_cluster, namespace, name)
     wait_condition(kube_cluster, namespace, name, "Running", timeout=T_KUBERAY)
 
 
@@ -719,6 +908,7 @@ def test_elastic_job_runs_with_the_in_tree_autoscaler(
     assert cluster["enableInTreeAutoscaling"] is True
     group = cluster["workerGroupSpecs"][0]
     assert (group["minReplicas"], group["maxReplicas"]) == (1, 3)
+    report_running(kube_cluster, ns, name)
     wait_condition(kube_cluster, ns, name, "Running", timeout=T_KUBERAY)
     heads = kube_cluster.get_json(
         "pods", "-n", ns, "-l", f"raytrain.dev/trainjob={name},raytrain.dev/role=head"

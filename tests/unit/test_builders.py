@@ -13,7 +13,11 @@ from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.contract import build_contract_configmap, render_contract
 from raytrain_operator.builders.meta import Meta, allowed_from_parent
-from raytrain_operator.builders.rayjob import build_rayjob
+from raytrain_operator.builders.rayjob import (
+    ANNOTATION_FIELD_HASHES,
+    build_rayjob,
+    changed_fields,
+)
 from raytrain_operator.builders.rbac import build_rbac, build_role, build_role_binding
 
 S3 = {"uri": "s3://bucket/prefix"}
@@ -738,3 +742,27 @@ def test_the_rayjob_in_docs_operator_md_is_what_the_builder_renders() -> None:
         "docs/operator.md shows an outdated RayJob; paste this instead:\n"
         + yaml.safe_dump(rendered, sort_keys=False)
     )
+
+
+def test_every_ray_container_knows_its_attempt_and_cluster() -> None:
+    rj = build_rayjob(trainjob(), meta(), 3, suspend=False)
+    cluster = rj["spec"]["rayClusterSpec"]
+    templates = [cluster["headGroupSpec"]["template"]] + [
+        g["template"] for g in cluster["workerGroupSpecs"]
+    ]
+    for template in templates:
+        e = env(template)
+        assert e["RAYTRAIN_ATTEMPT"] == {"name": "RAYTRAIN_ATTEMPT", "value": "3"}
+        assert e["RAYTRAIN_RAYJOB"]["value"] == "digits-3"
+        field = e["RAYTRAIN_RAYCLUSTER"]["valueFrom"]["fieldRef"]["fieldPath"]
+        assert field == "metadata.labels['ray.io/cluster']"
+
+
+def test_the_rayjob_records_a_hash_per_built_field() -> None:
+    rj = build_rayjob(trainjob(), meta(), 0, suspend=False)
+    built = rj["metadata"]["annotations"][ANNOTATION_FIELD_HASHES]
+    assert changed_fields(trainjob(), built) == []
+    assert changed_fields(trainjob(ttlSecondsAfterFinished=5, suspend=True), built) == []
+    edited = trainjob(scaling={"numWorkers": 4}, config={"epochs": 1})
+    assert changed_fields(edited, built) == ["spec.config", "spec.scaling"]
+    assert changed_fields(edited, "not json") is None

@@ -405,3 +405,49 @@ def test_a_child_name_taken_by_another_object_stalls() -> None:
     assert p.phase == "Stalled" and p.actions == []
     assert cond(p, "Stalled")["reason"] == "NameConflict"
     assert cond(p, "Stalled")["message"] == message
+
+
+# ------------------------------------------------------------------ fresh checkpoint, stale reports
+
+
+def test_a_request_left_from_an_earlier_suspend_is_never_reused() -> None:
+    rj = rayjob(deployment="Running", job_status="RUNNING", startTime=ts(-600))
+    # Left from a suspend an hour ago that was undone before the RayJob was suspended, and
+    # "answered" by a report from back then: this suspend must ask again and wait.
+    old = {ANNOTATION_CHECKPOINT_REQUESTED: ts(-3600)}
+    answered = {
+        "attempt": 0,
+        "trainerStatus": {"checkpointing": False, "lastUpdatedTime": ts(-3500), "attempt": 0},
+    }
+    p = run(tj(suspend=True), answered, rj, annotations=old)
+    assert p.actions == [m.Annotate(ANNOTATION_CHECKPOINT_REQUESTED, ts())]
+    assert cond(p, "Reconciling")["reason"] == "Checkpointing"
+
+
+def test_a_request_from_before_the_current_cluster_started_is_stale() -> None:
+    rj = rayjob(deployment="Running", job_status="RUNNING", startTime=ts(-60))
+    p = run(
+        tj(suspend=True), {"attempt": 0}, rj, annotations={ANNOTATION_CHECKPOINT_REQUESTED: ts(-90)}
+    )
+    assert m.Annotate(ANNOTATION_CHECKPOINT_REQUESTED, ts()) in p.actions
+    assert not any(isinstance(a, m.SetRayJobSuspend) for a in p.actions)
+
+
+def test_a_request_is_withdrawn_as_soon_as_the_job_is_not_suspended() -> None:
+    rj = rayjob(deployment="Running", job_status="RUNNING")
+    p = run(tj(), {"attempt": 0}, rj, annotations={ANNOTATION_CHECKPOINT_REQUESTED: ts(-5)})
+    assert p.actions == [m.Annotate(ANNOTATION_CHECKPOINT_REQUESTED, None)]
+
+
+def test_after_a_resume_the_old_clusters_report_does_not_make_it_running() -> None:
+    before_suspend = {"phase": "Running", "attempt": 0, "lastUpdatedTime": ts(-300)}
+    st = {"attempt": 0, "trainerStatus": before_suspend}
+    # KubeRay started a new cluster for the resumed RayJob 60 s ago and submitted the job.
+    rj = rayjob(deployment="Running", startTime=ts(-60))
+    p = run(tj(), st, rj)
+    assert p.phase == "Pending" and cond(p, "Running")["status"] == "False"
+    assert cond(p, "Reconciling")["reason"] == "Starting"
+    while_starting = run(tj(), st, rayjob(deployment="Initializing", startTime=ts(-60)))
+    assert cond(while_starting, "Running")["status"] == "False"
+    fresh = {"attempt": 0, "trainerStatus": {**before_suspend, "lastUpdatedTime": ts(-10)}}
+    assert run(tj(), fresh, rj).phase == "Running"

@@ -1,0 +1,222 @@
+"""Every failure reaches a condition with its own words: nothing leaves a job Pending silently."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import kopf
+import pytest
+from _factories import UID, manifest, meta, trainjob
+from kubernetes.client.exceptions import ApiException
+
+from raytrain_contract.timefmt import rfc3339
+from raytrain_operator import k8s
+from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_operator.handlers import apply, rayjobs, reconcile
+from raytrain_operator.status import machine as m
+from raytrain_operator.status.conditions import find
+
+NOW = datetime(2026, 11, 22, 8, 0, 0, tzinfo=timezone.utc)
+LOG = logging.getLogger("test")
+
+
+def cond(p: m.Plan, type_: str) -> dict[str, Any]:
+    found = find(p.status["conditions"], type_)
+    assert found is not None, f"no {type_} condition in {p.status['conditions']}"
+    return dict(found)
+
+
+def plan(rj: dict[str, Any] | None = None, **kw: Any) -> m.Plan:
+    spec = kw.pop("spec", {})
+    return m.plan(
+        m.Observation(
+            meta=meta(), trainjob=TrainJob.model_validate(manifest(**spec)),
+            status=kw.pop("status", {"attempt": 0}), now=NOW, rayjob=rj, **kw,
+        )
+    )  # fmt: skip
+
+
+def rayjob(**status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "digits-0", "ownerReferences": [{"uid": UID}], "annotations": {}},
+        "spec": {"suspend": False},
+        "status": status,
+    }
+
+
+# --------------------------------------------------------------------------- builders, parse
+
+
+def test_any_builder_exception_is_a_spec_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise AttributeError("'str' object has no attribute 'get'")
+
+    monkeypatch.setattr(reconcile, "build_rayjob", broken)
+    tj, problem = reconcile.parse(manifest())
+    assert tj is not None and problem is not None
+    assert "AttributeError" in problem and "has no attribute 'get'" in problem
+    p = plan(spec_problem=problem)
+    assert p.phase == "Stalled" and cond(p, "Stalled")["reason"] == "InvalidSpec"
+
+
+def test_a_builder_failing_at_create_time_stalls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(apply, "fence", lambda meta, attempt: None)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ArithmeticError("decimal overflow")
+
+    monkeypatch.setattr(apply, "build_contract_configmap", broken)
+    with pytest.raises(apply.Rejected) as caught:
+        apply.run([m.EnsureChildren(0, False)], trainjob(), meta(), kopf.Patch(), None, LOG)
+    assert caught.value.reason == "InvalidSpec" and "decimal overflow" in caught.value.message
+
+
+# --------------------------------------------------------------------------- API refusals
+
+
+def api_error(status: int, message: str) -> ApiException:
+    exc = ApiException(status=status, reason="Unprocessable Entity")
+    exc.body = json.dumps({"kind": "Status", "code": status, "message": message})
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"), [(422, "ChildRejected"), (400, "ChildRejected"), (403, "ChildForbidden")]
+)
+def test_a_refused_child_carries_the_api_servers_message(
+    monkeypatch: pytest.MonkeyPatch, status: int, reason: str
+) -> None:
+    words = 'RayJob.ray.io "digits-0" is invalid: metadata.labels: Invalid value: "Team A"'
+
+    def create(body: dict[str, Any]) -> Any:
+        if body["kind"] == "RayJob":
+            raise api_error(status, words)
+        return body
+
+    monkeypatch.setattr(k8s, "create", create)
+    with pytest.raises(apply.Rejected) as caught:
+        apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
+    assert caught.value.reason == reason
+    assert words in caught.value.message and f"({status})" in caught.value.message
+    p = plan(rejected=(caught.value.reason, caught.value.message))
+    assert p.phase == "Stalled"
+    assert cond(p, "Stalled")["reason"] == reason and words in cond(p, "Stalled")["message"]
+    assert cond(p, "Created")["status"] == "False"
+
+
+def test_no_rayjob_api_says_kuberay_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def create(body: dict[str, Any]) -> Any:
+        if body["kind"] == "RayJob":
+            raise api_error(404, "the server could not find the requested resource")
+        return body
+
+    monkeypatch.setattr(k8s, "create", create)
+    with pytest.raises(apply.Rejected) as caught:
+        apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
+    assert caught.value.reason == "KubeRayMissing" and "install" in caught.value.message
+
+
+def test_a_passing_error_is_not_turned_into_a_condition(monkeypatch: pytest.MonkeyPatch) -> None:
+    def create(body: dict[str, Any]) -> Any:
+        raise ApiException(status=500, reason="Internal Server Error")
+
+    monkeypatch.setattr(k8s, "create", create)
+    with pytest.raises(ApiException):
+        apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
+
+
+# --------------------------------------------------------------------------- KubeRay
+
+
+def test_kuberay_validation_failed_fails_with_its_message_without_retries() -> None:
+    words = "The RayJob spec is invalid: metadata.name must be a DNS-1035 label"
+    rj = rayjob(jobDeploymentStatus="ValidationFailed", reason="ValidationFailed", message=words)
+    p = plan(rj, spec={"backoffLimit": 3})
+    assert p.phase == "Failed"
+    failed = cond(p, "Failed")
+    assert failed["reason"] == "RayJobValidationFailed" and words in failed["message"]
+    assert p.status["attempt"] == 0 and p.actions == []
+
+
+def test_replica_failure_of_the_raycluster_reaches_reconciling() -> None:
+    body = {
+        "conditions": [
+            {
+                "type": "ReplicaFailure",
+                "status": "True",
+                "reason": "FailedCreateWorkerPod",
+                "message": 'pods "digits-0-abc-worker-x" is forbidden: exceeded quota: gpu',
+            }
+        ],
+        "desiredWorkerReplicas": 2,
+        "readyWorkerReplicas": 0,
+    }
+    entries = rayjobs.rayclusters_by_rayjob(
+        namespace="team-a",
+        name="digits-0-abc",
+        meta=kopf.Meta({"metadata": {"labels": {rayjobs.ORIGINATED_FROM: "digits-0"}}}),
+        status=body,
+    )
+    index_entry = {key: [value] for key, value in entries.items()}  # as kopf's index holds it
+    rj = rayjob(jobDeploymentStatus="Initializing", rayClusterName="digits-0-abc")
+    problem = reconcile.cluster_problem(rj, index_entry, meta(), 0, NOW)
+    assert problem is not None and problem[0] == "ReplicaFailure"
+    p = plan(rj, cluster_problem=problem)
+    reconciling = cond(p, "Reconciling")
+    assert "exceeded quota: gpu" in reconciling["message"]
+    assert "FailedCreateWorkerPod" in reconciling["message"]
+
+
+def test_unschedulable_pods_reach_reconciling_with_the_schedulers_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    words = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    pods = [
+        {
+            "metadata": {"name": "digits-0-abc-head"},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]},
+        },
+        {
+            "metadata": {"name": "digits-0-abc-worker-x"},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": words,
+                    }
+                ]
+            },
+        },
+    ]
+    selectors: list[str] = []
+
+    def list_pods(ns: str, selector: str) -> list[dict[str, Any]]:
+        selectors.append(selector)
+        return pods
+
+    monkeypatch.setattr(k8s, "list_pods", list_pods)
+    started = rfc3339(NOW - timedelta(seconds=30))
+    rj = rayjob(jobDeploymentStatus="Initializing", startTime=started)
+    problem = reconcile.cluster_problem(rj, {}, meta(), 0, NOW)
+    assert problem == ("Unschedulable", f"pod digits-0-abc-worker-x cannot be scheduled: {words}")
+    assert selectors == ["raytrain.dev/trainjob=digits,raytrain.dev/attempt=0"]
+    p = plan(rj, cluster_problem=problem)
+    assert words in cond(p, "Reconciling")["message"]
+    # a cluster that has just started is not looked at yet; a Running one never
+    fresh = rayjob(jobDeploymentStatus="Initializing", startTime=rfc3339(NOW))
+    assert reconcile.cluster_problem(fresh, {}, meta(), 0, NOW) is None
+    assert (
+        reconcile.cluster_problem(rayjob(jobDeploymentStatus="Running"), {}, meta(), 0, NOW) is None
+    )
+    assert len(selectors) == 1
+
+
+def test_without_permission_to_list_pods_nothing_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: None)
+    rj = rayjob(jobDeploymentStatus="Initializing", startTime=rfc3339(NOW - timedelta(minutes=5)))
+    assert reconcile.cluster_problem(rj, {}, meta(), 0, NOW) is None
