@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import io
+import sys
 from types import SimpleNamespace
 
 import pytest
 from raytrain.models import Checkpoints, Event, TrainJob
 from rich.console import Console
 
-from raytrain_operator.cli import build_parser, cluster, render
+from raytrain_operator.cli import build_parser, cluster, kubectl_main, render
 
 NOW = dt.datetime(2026, 11, 22, 8, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -211,3 +212,12 @@ def test_list_on_a_narrow_terminal_never_cuts_a_cell(monkeypatch: pytest.MonkeyP
     ]
     assert row.split()[:5] == ["team-a", long_name, "Running", "40%", "3"]
     assert row.index(long_name) == header.index(" NAME ") + 1  # aligned
+
+
+def test_the_kubectl_script_names_itself_as_kubectl_shows_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["kubectl-raytrain", "wait", "--help"])
+    with pytest.raises(SystemExit):
+        kubectl_main()
+    assert capsys.readouterr().out.startswith("usage: kubectl raytrain wait")
