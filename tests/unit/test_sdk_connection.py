@@ -1,13 +1,15 @@
 """Which cluster, context and default namespace a TrainJobClient uses, and what it says when
-there is none: read from real kubeconfig files, without a cluster (nothing is called)."""
+there is none: read from real kubeconfig files, without a cluster."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from raytrain import ConfigError, TrainJobClient
+from kubernetes import config
+from raytrain import ClusterUnreachableError, ConfigError, TrainJobClient, _connection
 
 
 def _kubeconfig(path: Path, current: str = "dev") -> Path:
@@ -89,3 +91,30 @@ def test_a_kubeconfig_without_current_context_asks_for_one(tmp_path: Path) -> No
     path = _kubeconfig(tmp_path / "kc", current="")
     with pytest.raises(ConfigError, match="dev, prod, bare"):
         TrainJobClient(kubeconfig=str(path))
+
+
+def test_in_a_pod_the_service_account_and_its_namespace_are_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    (tmp_path / "namespace").write_text("ml-jobs\n")
+    monkeypatch.setattr(_connection, "SERVICE_ACCOUNT_NAMESPACE", tmp_path / "namespace")
+
+    def load_incluster_config(client_configuration: Any) -> None:
+        client_configuration.host = "https://10.96.0.1:443"
+
+    monkeypatch.setattr(config, "load_incluster_config", load_incluster_config)
+    sdk = TrainJobClient()
+    assert (sdk.context, sdk.namespace) == (None, "ml-jobs")
+    assert sdk._conn.where == "in-cluster (https://10.96.0.1:443)"
+
+
+def test_an_api_server_that_does_not_answer_is_named(tmp_path: Path) -> None:
+    path = _kubeconfig(tmp_path / "kc")
+    text = path.read_text().replace("https://127.0.0.1:6443", "https://127.0.0.1:1")
+    path.write_text(text)
+    with pytest.raises(ClusterUnreachableError) as err:
+        TrainJobClient(kubeconfig=str(path)).list_jobs()
+    message = str(err.value)
+    assert message.startswith("listing TrainJobs in namespace 'team-a': the Kubernetes API")
+    assert "context dev (https://127.0.0.1:1)" in message
