@@ -49,10 +49,7 @@ def _sdk(
 def _kubectl(tmp_path: Path, body: str) -> str:
     """A kubectl stand-in that records its arguments, then runs `body`."""
     path = tmp_path / "kubectl"
-    path.write_text(
-        f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/argv\n'
-        + body
-    )
+    path.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/argv\n' + body)
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return str(path)
 
