@@ -76,6 +76,19 @@ class TrainJobClient:
         self._core = client.CoreV1Api(api_client)
         self._batch = client.BatchV1Api(api_client)
 
+    def __repr__(self) -> str:
+        return f"TrainJobClient(namespace={self.namespace!r}, context={self.context!r})"
+
+    def close(self) -> None:
+        """Release the client's connections (also at the end of a `with` block)."""
+        self._api_client.close()
+
+    def __enter__(self) -> TrainJobClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ errors
 
     def _ns(self, namespace: str | None) -> str:

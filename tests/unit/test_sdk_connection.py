@@ -46,8 +46,9 @@ def _no_ambient_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_the_current_context_gives_the_namespace(tmp_path: Path) -> None:
-    sdk = TrainJobClient(kubeconfig=str(_kubeconfig(tmp_path / "kc")))
-    assert (sdk.context, sdk.namespace) == ("dev", "team-a")
+    with TrainJobClient(kubeconfig=str(_kubeconfig(tmp_path / "kc"))) as sdk:
+        assert (sdk.context, sdk.namespace) == ("dev", "team-a")
+        assert repr(sdk) == "TrainJobClient(namespace='team-a', context='dev')"
 
 
 def test_an_explicit_context_gives_its_own_namespace_and_server(tmp_path: Path) -> None:
