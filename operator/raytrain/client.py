@@ -338,6 +338,7 @@ class TrainJobClient:
         timeout: float = 600.0,
         namespace: str | None = None,
         callbacks: Iterable[Callback] = (),
+        polling_interval: float | None = None,
     ) -> TrainJob:
         """Block until one of `status` (Created, Running, Suspended, Succeeded or its alias
         Complete, Failed) is a True condition of the current generation; returns the job.
@@ -345,8 +346,10 @@ class TrainJobClient:
         Raises JobFailedError (a RuntimeError) when the job fails while waiting for anything
         else, WaitTimeoutError (a TimeoutError) after `timeout` seconds, naming the last
         conditions seen. Each callback is called with every new state of the job. The job is
-        watched, not polled.
+        watched, not polled: `polling_interval` is accepted for code written for Kubeflow's
+        TrainerClient and has no effect.
         """
+        del polling_interval
         wanted = models.wanted_statuses(status)
         ns = self._ns(namespace)
         callbacks = list(callbacks)

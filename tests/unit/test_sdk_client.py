@@ -250,7 +250,11 @@ def test_wait_follows_the_watch_from_the_version_it_read(fakes: Any, scripted: A
     ]
     seen: list[str] = []
     job = sdk.wait_for_job_status(
-        "digits", "Complete", timeout=30, callbacks=[lambda j: seen.append(j.phase)]
+        "digits",
+        {"Complete"},  # as code written for Kubeflow's TrainerClient calls it
+        timeout=30,
+        polling_interval=2,
+        callbacks=[lambda j: seen.append(j.phase)],
     )
     assert job.phase == "Succeeded" and seen == ["Created", "Running", "Succeeded"]
     assert [c["resource_version"] for c in scripted.calls] == ["5", "6"]
