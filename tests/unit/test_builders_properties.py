@@ -65,6 +65,11 @@ planted = st.dictionaries(
 planted_tooling = st.dictionaries(
     st.sampled_from(TOOLING_KEYS), st.sampled_from(SENTINELS), min_size=1, max_size=2
 )
+#: The same for pod labels, whose values the API validates as label values: only the sentinel
+#: that is one.
+planted_tooling_labels = st.dictionaries(
+    st.sampled_from(TOOLING_KEYS), st.just(SENTINELS[0]), min_size=1, max_size=2
+)
 
 
 def _with(base: st.SearchStrategy[dict[str, str]], extra: st.SearchStrategy[dict[str, str]]) -> Any:
@@ -158,7 +163,7 @@ overrides = st.fixed_dictionaries(
             max_size=3,
         ),
         "serviceAccountName": dns_label,
-        "labels": _with(labels, planted_tooling),
+        "labels": _with(labels, planted_tooling_labels),
         "annotations": _with(labels, planted_tooling),
     },
 )
