@@ -88,6 +88,7 @@ class Server:
     def __init__(self, attempt: int, rayjobs: list[dict[str, Any]]) -> None:
         self.trainjob = {"metadata": {"uid": UID}, "status": {"attempt": attempt}}
         self.rayjobs = rayjobs
+        self.pods: list[dict[str, Any]] | None = []
         self.ensured: list[int] = []
 
 
@@ -96,6 +97,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Server:
     srv = Server(0, [])
     monkeypatch.setattr(k8s, "get_trainjob", lambda ns, name: srv.trainjob)
     monkeypatch.setattr(k8s, "list_rayjobs", lambda ns, selector: list(srv.rayjobs))
+    monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: srv.pods)
     monkeypatch.setattr(
         apply, "ensure_children", lambda tj, meta, action, *_: srv.ensured.append(action.attempt)
     )
@@ -120,6 +122,17 @@ def test_a_rayjob_of_another_attempt_blocks_the_next_one(server: Server) -> None
     with pytest.raises(apply.Fenced, match="digits-0"):
         run_actions([m.EnsureChildren(1, False)])
     server.rayjobs = []
+    run_actions([m.EnsureChildren(1, False)])
+    assert server.ensured == [1]
+
+
+def test_a_pod_of_another_attempt_blocks_the_next_one(server: Server) -> None:
+    server.trainjob["status"] = {"attempt": 1}
+    labels = {"raytrain.dev/trainjob": "digits", "raytrain.dev/attempt": "0"}
+    server.pods = [{"metadata": {"name": "digits-0-abc-worker-x", "labels": labels}}]
+    with pytest.raises(apply.Fenced, match="digits-0-abc-worker-x"):
+        run_actions([m.EnsureChildren(1, False)])
+    server.pods = None  # the operator may not list pods: the RayJobs decide alone
     run_actions([m.EnsureChildren(1, False)])
     assert server.ensured == [1]
 

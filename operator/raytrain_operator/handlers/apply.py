@@ -28,7 +28,12 @@ from raytrain_contract.timefmt import parse_rfc3339
 from raytrain_operator import k8s, metrics
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import build_contract_configmap
-from raytrain_operator.builders.meta import ANNOTATION_SUSPENDED_BY_USER, LABEL_TRAINJOB, Meta
+from raytrain_operator.builders.meta import (
+    ANNOTATION_SUSPENDED_BY_USER,
+    LABEL_ATTEMPT,
+    LABEL_TRAINJOB,
+    Meta,
+)
 from raytrain_operator.builders.names import contract_configmap_name, runtime_account_name
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
@@ -141,6 +146,20 @@ def fence(meta: Meta, attempt: int) -> None:
         raise Fenced(
             f"RayJob {', '.join(others)} of another attempt still exists: attempt {attempt} "
             "starts once it and its pods are gone"
+        )
+    # The foreground delete removes a RayJob only after its pods; the pods are checked too
+    # (when the operator may list them), in case their owner chain was cut.
+    pods = k8s.list_pods(meta.namespace, f"{LABEL_TRAINJOB}={meta.name}") or []
+    lingering = sorted(
+        str(pod["metadata"]["name"])
+        for pod in pods
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ATTEMPT)
+        not in (None, str(attempt))
+    )
+    if lingering:
+        raise Fenced(
+            f"pod {', '.join(lingering[:5])} of another attempt still exists: attempt {attempt} "
+            "starts once it is gone"
         )
 
 
