@@ -100,6 +100,17 @@ def memory_string(size: Decimal) -> str:
     return str(whole)
 
 
+def decimal_string(value: Decimal) -> str:
+    """A plain decimal with every significant digit (`0.0003`, `12`, never `1e+01` or a rounded
+    `6.4e+07`): what KubeRay parses as a quantity and hands to Ray unchanged."""
+    return format(value.normalize(), "f")
+
+
+def exact(value: float) -> Decimal:
+    """The decimal a float was written as (`0.1`, not 0.1000000000000000055...)."""
+    return Decimal(repr(value))
+
+
 def as_float(value: Decimal) -> float:
     return float(value)
 
