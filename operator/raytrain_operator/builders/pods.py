@@ -35,6 +35,8 @@ from raytrain_operator.builders.names import contract_configmap_name, runtime_ac
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: Ray's resource for an accelerator type (`ray.util.accelerators`, ScalingConfig).
+RAY_ACCELERATOR_PREFIX = "accelerator_type:"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 CONTRACT_VOLUME = "raytrain-contract"
 STORAGE_VOLUME = "raytrain-storage"
@@ -170,12 +172,20 @@ def worker_resources(spec: TrainJobSpec) -> dict[str, Any]:
 
 
 def custom_group_resources(spec: TrainJobSpec) -> dict[str, str]:
-    """Ray custom resources of one worker pod (KubeRay's group-level `resources`)."""
+    """Ray custom resources of one worker pod (KubeRay's group-level `resources`), exact, and the
+    `accelerator_type:<acceleratorType>` resource that Ray Train asks every worker for (0.001
+    each) when scaling.acceleratorType is set: Ray detects its own, different, names only on
+    real GPUs (`A100`), so the group offers the one the node label and the contract use."""
     res = spec.scaling.resources_per_worker
-    if res is None or not res.custom:
-        return {}
     per_pod = spec.scaling.workers_per_pod
-    return {name: format(amount * per_pod, "g") for name, amount in res.custom.items()}
+    custom = (res.custom if res is not None else None) or {}
+    out = {
+        name: quantities.decimal_string(quantities.exact(amount) * per_pod)
+        for name, amount in custom.items()
+    }
+    if spec.scaling.accelerator_type:
+        out[f"{RAY_ACCELERATOR_PREFIX}{spec.scaling.accelerator_type}"] = "1"
+    return out
 
 
 def placement_affinity(spec: TrainJobSpec, meta: Meta) -> dict[str, Any]:
