@@ -200,6 +200,7 @@ def test_unschedulable_pods_reach_reconciling_with_the_schedulers_message(
         return pods
 
     monkeypatch.setattr(k8s, "list_pods", list_pods)
+    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
     started = rfc3339(NOW - timedelta(seconds=30))
     rj = rayjob(jobDeploymentStatus="Initializing", startTime=started)
     problem = reconcile.cluster_problem(rj, {}, meta(), 0, NOW)
@@ -217,6 +218,14 @@ def test_unschedulable_pods_reach_reconciling_with_the_schedulers_message(
 
 
 def test_without_permission_to_list_pods_nothing_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: None)
+    calls: list[str] = []
+
+    def forbidden(ns: str, selector: str) -> None:
+        calls.append(selector)
+
+    monkeypatch.setattr(k8s, "list_pods", forbidden)
+    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
     rj = rayjob(jobDeploymentStatus="Initializing", startTime=rfc3339(NOW - timedelta(minutes=5)))
     assert reconcile.cluster_problem(rj, {}, meta(), 0, NOW) is None
+    assert reconcile.cluster_problem(rj, {}, meta(), 0, NOW) is None
+    assert len(calls) == 1  # a 403 is not asked again on every pass

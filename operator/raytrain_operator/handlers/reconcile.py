@@ -35,6 +35,10 @@ Logger = logging.Logger | logging.LoggerAdapter[Any]
 #: Pods of a cluster that is still starting are looked at (for Unschedulable) after this long.
 UNSCHEDULABLE_CHECK_AFTER_SECONDS = 10.0
 
+#: After a 403 on listing pods, how long before trying again.
+PODS_FORBIDDEN_RETRY_SECONDS = 600.0
+_pods_forbidden_until = 0.0
+
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -126,8 +130,16 @@ def cluster_problem(
     started = parse_rfc3339(status.get("startTime"))
     if started is None or (now - started).total_seconds() < UNSCHEDULABLE_CHECK_AFTER_SECONDS:
         return None
+    global _pods_forbidden_until
+    if time.monotonic() < _pods_forbidden_until:
+        return None
     selector = f"{LABEL_TRAINJOB}={meta.name},{LABEL_ATTEMPT}={attempt}"
-    for pod in k8s.list_pods(meta.namespace, selector) or ():
+    pods = k8s.list_pods(meta.namespace, selector)
+    if pods is None:
+        # No permission to list pods (it is optional): ask again only now and then.
+        _pods_forbidden_until = time.monotonic() + PODS_FORBIDDEN_RETRY_SECONDS
+        return None
+    for pod in pods:
         for cond in (pod.get("status") or {}).get("conditions") or []:
             if (
                 cond.get("type") == "PodScheduled"
