@@ -36,6 +36,11 @@ RAYJOB_LOOKUPS = Counter(
     "Reads of a TrainJob's current RayJob, by source: the watch-fed index or the API server.",
     ["source"],
 )
+FENCED_PASSES = Counter(
+    "raytrain_fenced_passes_total",
+    "Passes that created nothing: the API server showed another attempt than the pass saw, or "
+    "a RayJob or pod of another attempt still existed.",
+)
 RAYJOB_CREATION_SECONDS = Histogram(
     "raytrain_rayjob_creation_latency_seconds",
     "From the TrainJob's creationTimestamp to the creation of its first RayJob.",

@@ -168,3 +168,20 @@ def test_a_pass_with_a_stale_body_follows_the_rayjobs_in_the_index(
     p = reconcile.reconcile("resync", kopf.Body(body), patch, LOG, index, {})
     assert p.status["attempt"] == 1 and p.actions == []
     assert patch["status"]["attempt"] == 1
+
+
+def test_a_fenced_pass_writes_no_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    from raytrain_operator import metrics
+
+    def fenced(meta: Any, attempt: int) -> None:
+        raise apply.Fenced("the TrainJob is at attempt 1 on the API server")
+
+    monkeypatch.setattr(apply, "fence", fenced)
+    monkeypatch.setattr(reconcile.preflight, "check", lambda tj, meta: None)
+    monkeypatch.setattr(k8s, "get_rayjob", lambda ns, name: None)
+    before = metrics.FENCED_PASSES._value.get()
+    body = {**manifest(), "status": {"attempt": 0}}
+    patch = kopf.Patch()
+    reconcile.reconcile("resync", kopf.Body(body), patch, LOG, {}, {})
+    assert "status" not in patch
+    assert metrics.FENCED_PASSES._value.get() == before + 1

@@ -264,6 +264,7 @@ def _locked_pass(
         )
     except apply.Fenced as exc:
         # This pass's picture is out of date: it writes nothing, the next pass decides again.
+        metrics.FENCED_PASSES.inc()
         logger.info(f"Nothing created: {exc}.")
         return plan
     except apply.Conflict as exc:
