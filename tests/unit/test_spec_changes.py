@@ -168,3 +168,11 @@ def test_a_rayjob_from_an_older_operator_without_field_hashes_still_counts() -> 
     reconciling = find(p.status["conditions"], "Reconciling")
     assert reconciling is not None and "the spec" in reconciling["message"]
     assert p.status["observedGeneration"] == 1
+
+
+def test_a_queued_rayjob_that_never_ran_is_replaced_by_one_with_the_new_spec() -> None:
+    queued = build_rayjob(tj(queueName="q"), meta(), 0, suspend=True)
+    queued["status"] = {"jobDeploymentStatus": "Suspended"}
+    p = run(tj(queueName="q", config={"epochs": 10}), {"attempt": 0}, queued, 2)
+    assert p.status["attempt"] == 1 and p.status["restarts"] == 0
+    assert p.status["observedGeneration"] == 2  # decided: the next attempt carries it
