@@ -116,6 +116,23 @@ def test_conditions_are_a_map_keyed_by_type(schema: dict[str, Any]) -> None:
         (".spec.storage.s3", "credentialsSecret or serviceAccountName"),
         (".spec.checkpoint", "scoreOrder needs"),
         ("", f"at most {api.MAX_NAME_LENGTH} characters"),
+        ("", "must start with a lower-case letter"),
+        (".spec", "spec.workerTemplate.resources is not used"),
+        (".spec.scaling", "acceleratorType needs GPUs"),
+        (".spec.scaling.acceleratorType", "must not end in 'gpu'"),
+        (".spec.scaling.resourcesPerWorker.cpu", "Kubernetes quantity between 1m and 1024"),
+        (".spec.scaling.resourcesPerWorker.memory", "between 1Mi and 64Ti"),
+        (".spec.scaling.resourcesPerWorker.custom", "are not custom resources"),
+        (".spec.scaling.resourcesPerWorker.custom", "at most 4 decimal places"),
+        (".spec.storage.pvc.subPath", "must stay inside the claim"),
+        (".spec.storage.pvc.mountPath", "without '.' or '..' segments"),
+        (".spec.storage.pvc.mountPath", "must not hide or nest"),
+        (".spec.storage.s3.uri", "must not contain '.' or '..' segments"),
+        (".spec.head.nodeSelector", "every key must be a node label key"),
+        (".spec.head.tolerations[]", "without a key must have operator Exists"),
+        (".spec.head.env[]", "value or valueFrom"),
+        (".spec.head.resources.limits{}", "Kubernetes quantity between 0 and 1Ei"),
+        (".spec.datasets", "a dataset name"),
         ("", "immutable once the job has started"),
     ],
 )
@@ -155,3 +172,24 @@ def test_examples_parse_with_the_models() -> None:
 def test_crd_file_is_valid_yaml() -> None:
     loaded = yaml.safe_load(CRD_FILE.read_text())
     assert loaded["kind"] == "CustomResourceDefinition"
+
+
+def test_quantity_fields_are_checked_with_the_servers_parser(schema: dict[str, Any]) -> None:
+    """isQuantity alone accepts 1e1000000: every quantity rule also bounds the value."""
+    rules = [rule for _, rule, _ in _rules(schema) if "isQuantity" in rule]
+    assert len(rules) >= 4
+    for rule in rules:
+        assert "compareTo(quantity(" in rule, rule
+
+
+def test_names_of_referenced_objects_are_dns_subdomains(schema: dict[str, Any]) -> None:
+    spec = schema["properties"]["spec"]["properties"]
+    storage = spec["storage"]["properties"]
+    for node in (
+        storage["pvc"]["properties"]["claimName"],
+        storage["s3"]["properties"]["credentialsSecret"]["properties"]["name"],
+        storage["s3"]["properties"]["serviceAccountName"],
+        spec["head"]["properties"]["serviceAccountName"],
+        spec["workerTemplate"]["properties"]["priorityClassName"],
+    ):
+        assert node["pattern"] == api.DNS_SUBDOMAIN

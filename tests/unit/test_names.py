@@ -40,6 +40,6 @@ def test_a_name_one_character_too_long_is_refused_with_the_fix() -> None:
     assert "metadata.name" in problems[0] and "shorter" in problems[0]
 
 
-@pytest.mark.parametrize("bad", ["Digits", "digits_1", "-digits", "digits-"])
+@pytest.mark.parametrize("bad", ["Digits", "digits_1", "-digits", "digits-", "1digits", "9"])
 def test_a_name_that_is_not_a_dns_label_is_refused(bad: str) -> None:
     assert any("DNS label" in p for p in names.name_problems(bad))

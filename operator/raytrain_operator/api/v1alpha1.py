@@ -9,9 +9,9 @@ ScalingConfig, TorchConfig, RunConfig, CheckpointConfig, FailureConfig, Tune.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict, JsonValue
 
@@ -32,10 +32,217 @@ MAX_NAME_LENGTH = 40
 
 PRESERVE: JsonDict = {"x-kubernetes-preserve-unknown-fields": True}
 
+#: A TrainJob's name starts the names of Services KubeRay creates, which must be DNS-1035
+#: labels: lower-case letters, digits and '-', starting with a letter.
+NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+#: Names of namespaced objects the pods refer to (claims, Secrets, service accounts, classes).
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: A label value (also a node label's value, such as nvidia.com/gpu.product's).
+LABEL_VALUE = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+#: A label or annotation key: an optional DNS-subdomain prefix and '/', then a name.
+_LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+#: A key of a Secret or ConfigMap.
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+#: An environment variable's name (what the kubelet accepts).
+ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+#: Ray reserves these resource names (or KubeRay reads them as CPUs, memory or GPUs): a custom
+#: resource of that name would silently change what the workers get.
+RESERVED_RAY_RESOURCES = (
+    "cpu",
+    "gpu",
+    "memory",
+    "object_store_memory",
+    "tpu",
+    "npu",
+    "hpu",
+    "rbln",
+    "neuron_cores",
+    "furiosa",
+    "mblt",
+    "ttnpu",
+)
+#: Directories of the runtime image and of the pods that the claim must not be mounted over
+#: (or the pods lose their system, their contract, /dev/shm or the user's code in /app).
+RESERVED_MOUNT_PATHS = (
+    "/app",
+    "/bin",
+    "/dev",
+    "/etc",
+    "/etc/raytrain",
+    "/home",
+    "/home/ray",
+    "/lib",
+    "/lib64",
+    "/opt",
+    "/proc",
+    "/sbin",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var",
+)
+#: Limits of one worker's resources: far above any node, far below an overflow.
+MAX_CPU = "1024"
+MIN_MEMORY = "1Mi"
+MAX_MEMORY = "64Ti"
+MAX_GPU = 64
+MAX_CUSTOM = 10000
+#: Longest wall-clock limit or TTL (ten years): longer ones are mistakes, not plans.
+MAX_SECONDS = 10 * 365 * 24 * 3600
+
 
 def _rule(rule: str, message: str, **extra: str) -> JsonValue:
     """One CEL rule; its message names the field and the fix."""
     return {"rule": rule, "message": message, **extra}
+
+
+def _quantity_rule(
+    field: str, low: str, high: str, low_int: int, high_int: int, examples: str
+) -> JsonValue:
+    """A Kubernetes quantity (integer or string) between two bounds, as the API server parses it.
+
+    `isQuantity` alone accepts `1e1000000`; the bounds keep every value a number the builders
+    and Ray can hold.
+    """
+    return _rule(
+        f"type(self) == int ? (self >= {low_int} && self <= {high_int}) : "
+        f"(isQuantity(self) && quantity(self).compareTo(quantity('{low}')) >= 0 && "
+        f"quantity(self).compareTo(quantity('{high}')) <= 0)",
+        f"{field} must be a Kubernetes quantity between {low} and {high} (e.g. {examples})",
+    )
+
+
+def _label_map(field: str, what: str, max_properties: int = 64) -> JsonDict:
+    """Schema extras of a map whose keys are label (or annotation) keys."""
+    return {
+        "maxProperties": max_properties,
+        "x-kubernetes-validations": [
+            _rule(
+                f"self.all(k, size(k) <= 316 && k.matches('{_LABEL_KEY}'))",
+                f"{field}: every key must be a {what} key: an optional DNS-subdomain prefix "
+                "and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending "
+                "with a letter or digit (e.g. example.com/team)",
+            )
+        ],
+    }
+
+
+#: A label value. Checked by the API server only: the models parse what it accepted.
+_LabelValue = Annotated[
+    str, WithJsonSchema({"type": "string", "maxLength": 63, "pattern": LABEL_VALUE})
+]
+
+#: Container resources as core/v1 ResourceRequirements: requests and limits of quantities.
+_RESOURCES_SCHEMA: JsonDict = {
+    "type": "object",
+    "properties": {
+        kind: {
+            "type": "object",
+            "description": f"Resource {kind}, by resource name (cpu, memory, nvidia.com/gpu...).",
+            "maxProperties": 16,
+            "additionalProperties": {
+                "x-kubernetes-int-or-string": True,
+                "maxLength": 64,
+                "x-kubernetes-validations": [
+                    _rule(
+                        "type(self) == int ? self >= 0 : (isQuantity(self) && "
+                        "quantity(self).compareTo(quantity('0')) >= 0 && "
+                        "quantity(self).compareTo(quantity('1Ei')) <= 0)",
+                        f"spec.head.resources.{kind}: every amount must be a Kubernetes quantity "
+                        "between 0 and 1Ei (e.g. 2, 500m, 8Gi)",
+                    )
+                ],
+            },
+        }
+        for kind in ("requests", "limits")
+    },
+    "additionalProperties": False,
+}
+
+#: core/v1 Toleration, so a malformed one is refused here and not by the pods' creation.
+_TOLERATIONS_SCHEMA: JsonDict = {
+    "type": "array",
+    "maxItems": 32,
+    "items": {
+        "type": "object",
+        "properties": {
+            "key": {"type": "string", "maxLength": 316, "description": "Taint key."},
+            "operator": {
+                "type": "string",
+                "enum": ["Exists", "Equal"],
+                "description": "Exists or Equal (default).",
+            },
+            "value": {
+                "type": "string",
+                "maxLength": 63,
+                "pattern": LABEL_VALUE,
+                "description": "Taint value (with Equal).",
+            },
+            "effect": {
+                "type": "string",
+                "enum": ["", "NoSchedule", "PreferNoSchedule", "NoExecute"],
+                "description": "Taint effect; empty matches every effect.",
+            },
+            "tolerationSeconds": {
+                "type": "integer",
+                "description": "Seconds a NoExecute taint is tolerated.",
+            },
+        },
+        "additionalProperties": False,
+        "x-kubernetes-validations": [
+            _rule(
+                "!has(self.operator) || self.operator != 'Exists' || "
+                "!has(self.value) || self.value == ''",
+                "spec.*.tolerations: a toleration with operator Exists has no value; "
+                "remove the value or use operator Equal",
+            ),
+            _rule(
+                "has(self.key) && self.key != '' || (has(self.operator) && "
+                "self.operator == 'Exists')",
+                "spec.*.tolerations: a toleration without a key must have operator Exists",
+            ),
+            _rule(
+                "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                "spec.*.tolerations: tolerationSeconds is only allowed with effect NoExecute",
+            ),
+        ],
+    },
+}
+
+#: core/v1 EnvVar: a name and either a value or a valueFrom source.
+_ENV_SCHEMA: JsonDict = {
+    "type": "array",
+    "maxItems": 256,
+    "items": {
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 256,
+                "pattern": ENV_NAME,
+                "description": "Variable name.",
+            },
+            "value": {"type": "string", "description": "Variable value."},
+            "valueFrom": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "description": "Source of the value (core/v1 EnvVarSource).",
+            },
+        },
+        "additionalProperties": False,
+        "x-kubernetes-validations": [
+            _rule(
+                "!(has(self.value) && has(self.valueFrom))",
+                "spec.*.env: set value or valueFrom of an environment variable, not both",
+            )
+        ],
+    },
+}
 
 
 class _Model(BaseModel):
@@ -75,14 +282,67 @@ class DatasetFormat(str, Enum):
 class WorkerResources(_Model):
     """Resources of one training worker (Ray Train's resources_per_worker)."""
 
-    cpu: int | str | None = None
-    """CPU per worker as a Kubernetes quantity (`2`, `500m`). Default 1."""
-    memory: int | str | None = None
-    """Memory per worker as a Kubernetes quantity (`8Gi`). Unset: no memory request."""
-    gpu: int | None = Field(default=None, ge=0)
+    cpu: int | str | None = Field(
+        default=None,
+        json_schema_extra={
+            "maxLength": 64,
+            "x-kubernetes-validations": [
+                _quantity_rule(
+                    "spec.scaling.resourcesPerWorker.cpu", "1m", MAX_CPU, 1, 1024, "2 or 500m"
+                )
+            ],
+        },
+    )
+    """CPU per worker as a Kubernetes quantity (`2`, `500m`), 1m to 1024. Default 1."""
+    memory: int | str | None = Field(
+        default=None,
+        json_schema_extra={
+            "maxLength": 64,
+            "x-kubernetes-validations": [
+                _quantity_rule(
+                    "spec.scaling.resourcesPerWorker.memory",
+                    MIN_MEMORY,
+                    MAX_MEMORY,
+                    2**20,
+                    2**46,
+                    "8Gi or 512Mi",
+                )
+            ],
+        },
+    )
+    """Memory per worker as a Kubernetes quantity (`8Gi`), 1Mi to 64Ti. Unset: no memory
+    request."""
+    gpu: int | None = Field(default=None, ge=0, le=MAX_GPU)
     """GPUs per worker (`nvidia.com/gpu`). Default 1 when scaling.useGpu is true, else 0."""
-    custom: dict[str, float] | None = None
-    """Extra Ray custom resources per worker, by name."""
+    custom: dict[str, Annotated[float, Field(ge=0, le=MAX_CUSTOM)]] | None = Field(
+        default=None,
+        json_schema_extra={
+            "maxProperties": 16,
+            "x-kubernetes-validations": [
+                _rule(
+                    "self.all(k, size(k) <= 63 && k.matches('^[A-Za-z_][A-Za-z0-9_.-]*$'))",
+                    "spec.scaling.resourcesPerWorker.custom: a resource name has at most 63 "
+                    "letters, digits, '_', '.' or '-' and starts with a letter or '_' "
+                    "(e.g. my_fast_disk)",
+                ),
+                _rule(
+                    "self.all(k, !(k.lowerAscii() in "
+                    + repr(list(RESERVED_RAY_RESOURCES))
+                    + ") && !k.lowerAscii().endsWith('gpu'))",
+                    "spec.scaling.resourcesPerWorker.custom: CPU, GPU, memory, "
+                    "object_store_memory, accelerator names (TPU, NPU, HPU, neuron_cores...) and "
+                    "names ending in 'gpu' are not custom resources: set "
+                    "resourcesPerWorker.cpu, .memory or .gpu instead",
+                ),
+                _rule(
+                    "self.all(k, double(int(self[k] * 10000.0 + 0.5)) / 10000.0 == self[k])",
+                    "spec.scaling.resourcesPerWorker.custom: Ray counts resources in steps of "
+                    "0.0001; round every amount to at most 4 decimal places",
+                ),
+            ],
+        },
+    )
+    """Extra Ray custom resources per worker, by name: 0 to 10000, in steps of 0.0001."""
 
 
 class ScalingSpec(_Model):
@@ -123,6 +383,12 @@ class ScalingSpec(_Model):
                     "!has(self.acceleratorType) || (has(self.useGpu) && self.useGpu)",
                     "spec.scaling.acceleratorType needs spec.scaling.useGpu: true",
                 ),
+                _rule(
+                    "!has(self.acceleratorType) || !has(self.resourcesPerWorker) || "
+                    "!has(self.resourcesPerWorker.gpu) || self.resourcesPerWorker.gpu > 0",
+                    "spec.scaling.acceleratorType needs GPUs: set "
+                    "spec.scaling.resourcesPerWorker.gpu to 1 or more, or remove acceleratorType",
+                ),
             ]
         }
     )
@@ -139,8 +405,26 @@ class ScalingSpec(_Model):
     """Resources of each worker; they become pod requests and limits."""
     workers_per_pod: int = Field(default=1, ge=1, le=64)
     """Training workers packed into one worker pod (for example 8 on an 8-GPU node)."""
-    accelerator_type: str | None = Field(default=None, max_length=128)
-    """GPU product the workers need (value of the node label `nvidia.com/gpu.product`)."""
+    accelerator_type: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=LABEL_VALUE,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _rule(
+                    "!self.lowerAscii().endsWith('gpu')",
+                    "spec.scaling.acceleratorType must not end in 'gpu' (KubeRay would count "
+                    "the Ray resource accelerator_type:<value> as GPUs); write the product as "
+                    "the node label nvidia.com/gpu.product shows it, e.g. NVIDIA-A100-SXM4-80GB",
+                )
+            ]
+        },
+    )
+    """GPU product the workers need, as the node label `nvidia.com/gpu.product` shows it (for
+    example `NVIDIA-A100-SXM4-80GB`). The worker pods require nodes with that label value, and
+    the worker group offers the Ray resource `accelerator_type:<value>` that Ray Train's
+    ScalingConfig(accelerator_type=<value>) asks for, so one name serves both."""
     placement_strategy: PlacementStrategy = PlacementStrategy.PACK
     """How workers are placed: PACK, SPREAD (preferred) or STRICT_PACK, STRICT_SPREAD (required)."""
 
@@ -157,24 +441,64 @@ class TorchSpec(_Model):
 class PVCStorage(_Model):
     """A ReadWriteMany PersistentVolumeClaim mounted at the same path on head and every worker."""
 
-    claim_name: str = Field(min_length=1, max_length=253)
+    claim_name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     """PersistentVolumeClaim in the TrainJob's namespace; it must allow ReadWriteMany."""
-    mount_path: str = Field(default="/mnt/raytrain", pattern=r"^/.*")
-    """Where the claim is mounted in every pod."""
-    sub_path: str | None = None
-    """Directory inside the claim that holds this job's runs."""
+    mount_path: str = Field(
+        default="/mnt/raytrain",
+        max_length=1024,
+        pattern=r"^(/[^/:]+)+$",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _rule(
+                    "!self.matches('/[.][.]?(/|$)')",
+                    "spec.storage.pvc.mountPath must be a plain absolute path without '.' or "
+                    "'..' segments, e.g. /mnt/raytrain",
+                ),
+                _rule(
+                    "!(self in " + repr(list(RESERVED_MOUNT_PATHS)) + ") && "
+                    "!self.startsWith('/etc/raytrain/') && !self.startsWith('/dev/') && "
+                    "!self.startsWith('/proc/') && !self.startsWith('/sys/')",
+                    "spec.storage.pvc.mountPath must not hide or nest in a directory the pods "
+                    "need (/dev/shm, /etc/raytrain, /tmp, /usr, /app...); use a directory of its "
+                    "own such as /mnt/raytrain",
+                ),
+            ]
+        },
+    )
+    """Where the claim is mounted in every pod (an absolute path of its own)."""
+    sub_path: str | None = Field(
+        default=None,
+        max_length=512,
+        pattern=r"^[^:]*$",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _rule(
+                    "!self.matches('(^|/)[.][.](/|$)')",
+                    "spec.storage.pvc.subPath must stay inside the claim: remove the '..' "
+                    "segments (e.g. runs/digits)",
+                ),
+            ]
+        },
+    )
+    """Directory inside the claim that holds this job's runs, relative to mountPath (no '..')."""
 
 
 class SecretKeys(_Model):
     """A Secret holding S3 credentials."""
 
-    name: str = Field(min_length=1, max_length=253)
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     """Name of the Secret in the TrainJob's namespace."""
-    access_key_id_key: str = "AWS_ACCESS_KEY_ID"
+    access_key_id_key: str = Field(
+        default="AWS_ACCESS_KEY_ID", min_length=1, max_length=253, pattern=SECRET_KEY
+    )
     """Key of the access key id in the Secret."""
-    secret_access_key_key: str = "AWS_SECRET_ACCESS_KEY"
+    secret_access_key_key: str = Field(
+        default="AWS_SECRET_ACCESS_KEY", min_length=1, max_length=253, pattern=SECRET_KEY
+    )
     """Key of the secret access key in the Secret."""
-    session_token_key: str | None = None
+    session_token_key: str | None = Field(
+        default=None, min_length=1, max_length=253, pattern=SECRET_KEY
+    )
     """Key of an optional session token in the Secret."""
 
 
@@ -200,13 +524,20 @@ class S3Storage(_Model):
                     "self.matches('^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$')",
                     "spec.storage.s3.uri must look like s3://bucket/prefix "
                     "(lower-case bucket name, 3-63 characters)",
-                )
+                ),
+                _rule(
+                    "!self.matches('/[.][.]?(/|$)') && !self.matches('[[:cntrl:]]')",
+                    "spec.storage.s3.uri: the prefix must not contain '.' or '..' segments or "
+                    "control characters (they would leave the prefix); write it like "
+                    "s3://bucket/team/runs",
+                ),
             ]
         },
     )
     """Bucket and prefix, `s3://bucket/prefix`."""
     endpoint: str | None = Field(
         default=None,
+        max_length=512,
         json_schema_extra={
             "x-kubernetes-validations": [
                 _rule(
@@ -218,11 +549,13 @@ class S3Storage(_Model):
         },
     )
     """Endpoint of an S3-compatible store (MinIO, Ceph); unset for AWS S3."""
-    region: str | None = None
+    region: str | None = Field(
+        default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$"
+    )
     """Region of the bucket."""
     credentials_secret: SecretKeys | None = None
     """Secret with an access key; its values reach the pods as env, never the status."""
-    service_account_name: str | None = None
+    service_account_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
     """Service account whose cloud identity (IRSA, workload identity) reaches the bucket."""
 
 
@@ -263,9 +596,9 @@ class CheckpointSpec(_Model):
         }
     )
 
-    num_to_keep: int | None = Field(default=None, ge=1)
+    num_to_keep: int | None = Field(default=None, ge=1, le=100000)
     """Checkpoints kept; older (or worse-scoring) ones are removed by Ray Train. Unset: keep all."""
-    score_attribute: str | None = Field(default=None, min_length=1, max_length=64)
+    score_attribute: str | None = Field(default=None, min_length=1, max_length=256)
     """Reported metric that ranks checkpoints."""
     score_order: ScoreOrder | None = None
     """max or min: whether a higher or a lower score is better. Default max."""
@@ -274,14 +607,14 @@ class CheckpointSpec(_Model):
 class FailureSpec(_Model):
     """Worker-group restarts inside one Ray cluster (Ray Train's FailureConfig)."""
 
-    max_failures: int = Field(default=0, ge=-1)
+    max_failures: int = Field(default=0, ge=-1, le=10000)
     """Worker-group failures tolerated before the attempt fails; -1 retries forever."""
 
 
 class DatasetSpec(_Model):
     """A named input read with Ray Data and sharded across the workers."""
 
-    uri: str = Field(min_length=1)
+    uri: str = Field(min_length=1, max_length=2048)
     """Location: `s3://bucket/path`, or a path on the job's PVC or in the image."""
     format: DatasetFormat = DatasetFormat.PARQUET
     """File format: parquet, csv, json, numpy or text."""
@@ -294,11 +627,11 @@ class TuneScheduler(_Model):
 
     type: str = Field(default="ASHA", pattern="^(ASHA|FIFO)$")
     """ASHA (early-stops weak trials) or FIFO."""
-    max_t: int | None = Field(default=None, ge=1)
+    max_t: int | None = Field(default=None, ge=1, le=10**9)
     """Most training iterations a trial runs (ASHA)."""
-    grace_period: int = Field(default=1, ge=1)
+    grace_period: int = Field(default=1, ge=1, le=10**9)
     """Iterations a trial runs before it can be stopped (ASHA)."""
-    reduction_factor: float = Field(default=2.0, gt=1)
+    reduction_factor: float = Field(default=2.0, gt=1, le=1000)
     """Fraction of trials kept at each rung is 1/reductionFactor (ASHA)."""
 
 
@@ -310,11 +643,11 @@ class TuneSpec(_Model):
     `{randint: [lo, hi]}`, `{choice: [...]}`, `{grid: [...]}` or a plain value."""
     num_samples: int = Field(default=1, ge=1, le=10000)
     """Trials to run (each grid combination counts once per sample)."""
-    metric: str = Field(min_length=1)
+    metric: str = Field(min_length=1, max_length=256)
     """Reported metric the search optimises."""
     mode: ScoreOrder = ScoreOrder.MAX
     """max or min."""
-    max_concurrent_trials: int | None = Field(default=None, ge=1)
+    max_concurrent_trials: int | None = Field(default=None, ge=1, le=10000)
     """Trials running at once; unset lets Ray decide from the cluster's resources."""
     scheduler: TuneScheduler | None = None
     """Trial scheduler; default FIFO."""
@@ -323,25 +656,32 @@ class TuneSpec(_Model):
 class PodOverrides(_Model):
     """Pod-level settings for the head or the worker pods."""
 
-    resources: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE)
-    """Container resources (requests/limits). For workers, scaling.resourcesPerWorker sets them."""
-    node_selector: dict[str, str] | None = None
+    resources: Annotated[dict[str, Any], WithJsonSchema(_RESOURCES_SCHEMA)] | None = None
+    """Container resources (requests and limits of quantities) of the head. Not used for
+    workers: scaling.resourcesPerWorker sets theirs."""
+    node_selector: dict[str, _LabelValue] | None = Field(
+        default=None, json_schema_extra=_label_map("spec.*.nodeSelector", "node label")
+    )
     """Node labels the pods must match."""
-    tolerations: list[dict[str, Any]] | None = Field(default=None)
-    """Pod tolerations."""
+    tolerations: Annotated[list[dict[str, Any]], WithJsonSchema(_TOLERATIONS_SCHEMA)] | None = None
+    """Pod tolerations (core/v1 Toleration)."""
     affinity: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE)
     """Pod affinity; merged with the affinity derived from scaling."""
-    priority_class_name: str | None = None
+    priority_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
     """PriorityClass of the pods."""
-    env: list[dict[str, Any]] | None = None
+    env: Annotated[list[dict[str, Any]], WithJsonSchema(_ENV_SCHEMA)] | None = None
     """Extra container environment variables (core/v1 EnvVar)."""
-    env_from: list[dict[str, Any]] | None = None
+    env_from: list[dict[str, Any]] | None = Field(default=None, max_length=32)
     """Extra container environment sources (core/v1 EnvFromSource)."""
-    service_account_name: str | None = None
+    service_account_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
     """Service account of the pods. Default: the per-job account the operator creates."""
-    labels: dict[str, str] | None = None
+    labels: dict[str, _LabelValue] | None = Field(
+        default=None, json_schema_extra=_label_map("spec.*.labels", "label")
+    )
     """Extra pod labels."""
-    annotations: dict[str, str] | None = None
+    annotations: dict[str, Annotated[str, Field(max_length=8192)]] | None = Field(
+        default=None, json_schema_extra=_label_map("spec.*.annotations", "annotation")
+    )
     """Extra pod annotations."""
     termination_grace_period_seconds: int | None = Field(default=None, ge=1, le=86400)
     """Seconds a pod has to stop after a delete, a drain or a suspend before it is killed.
@@ -352,7 +692,20 @@ class PodOverrides(_Model):
 class TrainJobSpec(_Model):
     """Desired state of a TrainJob."""
 
-    image: str = Field(min_length=1, max_length=512)
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _rule(
+                    "!has(self.workerTemplate) || !has(self.workerTemplate.resources)",
+                    "spec.workerTemplate.resources is not used: the workers' resources come "
+                    "from spec.scaling.resourcesPerWorker (cpu, memory, gpu, custom); move them "
+                    "there",
+                ),
+            ]
+        }
+    )
+
+    image: str = Field(min_length=1, max_length=512, pattern=r"^[^\s]+$")
     """Trainer runtime image: ours, or one built FROM ours with the user's code and packages."""
     image_pull_policy: str | None = Field(default=None, pattern="^(Always|IfNotPresent|Never)$")
     """Image pull policy of every container."""
@@ -373,7 +726,9 @@ class TrainJobSpec(_Model):
     config: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE)
     """Free-form object passed to the loop as train_loop_config. `epochs` (or `num_epochs`)
     lets the runtime report progress and an ETA."""
-    ray_version: str = "2.60.0"
+    ray_version: str = Field(
+        default="2.60.0", max_length=32, pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?([-.+a-z0-9]*)$"
+    )
     """Ray version inside the image (KubeRay's rayVersion)."""
     scaling: ScalingSpec
     """Workers and their resources (ScalingConfig)."""
@@ -387,7 +742,19 @@ class TrainJobSpec(_Model):
     """Worker-group restarts inside one cluster (FailureConfig)."""
     backoff_limit: int = Field(default=0, ge=0, le=100)
     """Cluster-level retries: each is a new Ray cluster that resumes from the latest checkpoint."""
-    datasets: dict[str, DatasetSpec] | None = None
+    datasets: dict[str, DatasetSpec] | None = Field(
+        default=None,
+        json_schema_extra={
+            "maxProperties": 32,
+            "x-kubernetes-validations": [
+                _rule(
+                    "self.all(k, size(k) <= 63 && k.matches('^[A-Za-z_][A-Za-z0-9_.-]*$'))",
+                    "spec.datasets: a dataset name has at most 63 letters, digits, '_', '.' or "
+                    "'-' and starts with a letter or '_' (e.g. train)",
+                )
+            ],
+        },
+    )
     """Named inputs read with Ray Data and handed to the workers as shards."""
     tune: TuneSpec | None = None
     """Optional hyperparameter search (Ray Tune)."""
@@ -397,11 +764,11 @@ class TrainJobSpec(_Model):
     """Overrides for the worker pods."""
     suspend: bool = False
     """Suspend the job: the runtime checkpoints, the Ray cluster is removed; false resumes it."""
-    queue_name: str | None = Field(default=None, max_length=63)
+    queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=LABEL_VALUE)
     """Kueue LocalQueue; becomes the `kueue.x-k8s.io/queue-name` label of the RayJob."""
-    active_deadline_seconds: int | None = Field(default=None, ge=1)
+    active_deadline_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     """Wall-clock limit from the first start; past it the job fails with DeadlineExceeded."""
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     """Seconds after Succeeded/Failed before the children are deleted; the TrainJob stays."""
 
 
@@ -525,6 +892,12 @@ class TrainJob(_Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
+                _rule(
+                    f"self.metadata.name.matches('{NAME_PATTERN}')",
+                    "metadata.name must start with a lower-case letter and hold only lower-case "
+                    "letters, digits and '-' (a DNS-1035 label: it starts the names of the "
+                    "RayJob's Services); choose a name such as digits-2",
+                ),
                 _rule(
                     f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
                     f"metadata.name must be at most {MAX_NAME_LENGTH} characters so that "

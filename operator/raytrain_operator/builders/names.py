@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from raytrain_operator.api.v1alpha1 import MAX_NAME_LENGTH
+from raytrain_operator.api.v1alpha1 import MAX_NAME_LENGTH, NAME_PATTERN
 
 #: Kubernetes' limit for names that become DNS labels (Services) and label values.
 DNS_LABEL_MAX = 63
@@ -22,7 +22,8 @@ WORKER_GROUP = "workers"
 RAYCLUSTER_SUFFIX_LEN = 6
 RUN_NAME_UID_HEX = 12
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: A DNS-1035 label: Services (KubeRay's head Service starts with the TrainJob's name) need one.
+_DNS_1035_LABEL = re.compile(NAME_PATTERN)
 
 
 def rayjob_name(name: str, attempt: int) -> str:
@@ -73,10 +74,12 @@ def name_problems(name: str) -> list[str]:
             f"metadata.name {name!r} has {len(name)} characters; at most {MAX_NAME_LENGTH} "
             "are allowed so that KubeRay's names fit. Choose a shorter name."
         )
-    if not _DNS_LABEL.match(name):
+    if not _DNS_1035_LABEL.match(name):
         problems.append(
-            f"metadata.name {name!r} must be a DNS label (lower-case letters, digits and '-') "
-            "because it names Services. Choose such a name."
+            f"metadata.name {name!r} must be a DNS label that starts with a letter (DNS-1035: "
+            "lower-case letters, digits and '-', starting with a letter and ending with a letter "
+            "or digit) because it starts the names of Services. Choose such a name, e.g. "
+            "digits-2."
         )
     for what, child in all_names(name).items():
         if len(child) > DNS_LABEL_MAX:

@@ -1,19 +1,110 @@
-"""Checks that must pass before a RayJob is created: the storage and the credentials exist.
+"""Checks that must pass before a RayJob is created: the spec fits, the storage and the
+credentials exist.
 
 A Ray cluster that starts without its checkpoint storage wastes GPUs and then fails in a way
 that is hard to read; these checks fail early, with the field, the object and the fix.
-Only key names are read from a Secret.
+
+Secrets: the API has no way to list a Secret's key names without sending its values too, so the
+Secret is read as raw bytes (`_preload_content=False`: the Kubernetes client then never passes
+the body to its debug logger, which logs every other response body at DEBUG), parsed here, and
+only the names of its `data` keys are kept. A Stalled message names the one key that is missing,
+never the Secret's other keys: a TrainJob creator who may not read the Secret learns nothing
+from it but whether the key they named is there.
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from raytrain_operator import k8s
 from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_operator.builders.contract import CONTRACT_KEY, build_contract_configmap
 from raytrain_operator.builders.meta import Meta
 
+#: Kubernetes' limit of a ConfigMap's data (keys and values together).
+CONFIGMAP_LIMIT = 1024 * 1024
+#: Kubernetes' limit of one object's annotations (keys and values together).
+ANNOTATIONS_LIMIT = 256 * 1024
+#: kopf keeps a copy of the spec (and the labels) in an annotation of the TrainJob, plus a small
+#: progress record per handler: room for those next to the spec's own bytes.
+KOPF_OVERHEAD = 4 * 1024
 
-def check(trainjob: TrainJob, meta: Meta) -> tuple[str, str] | None:
+Problem = tuple[str, str]
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _largest_field(spec: dict[str, Any]) -> tuple[str, int]:
+    name, value = max(spec.items(), key=lambda item: _json_size(item[1]))
+    return f"spec.{name}", _json_size(value)
+
+
+def spec_problem(trainjob: TrainJob, meta: Meta) -> Problem | None:
+    """What in the spec itself keeps the children from being created (no API call).
+
+    The API server cannot bound the size of free-form fields (`config`, `tune.paramSpace`,
+    `affinity`): a spec that makes the contract ConfigMap larger than 1 MiB, or that leaves no
+    room for kopf's copy of it in the TrainJob's annotations, would fail on every write.
+    """
+    spec = trainjob.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    biggest, biggest_size = _largest_field(spec)
+    used = sum(len(k) + len(v) for k, v in meta.annotations.items())
+    needed = _json_size(spec) + _json_size(dict(meta.labels)) + KOPF_OVERHEAD
+    if used + needed > ANNOTATIONS_LIMIT:
+        return (
+            "SpecTooLarge",
+            f"{biggest}: {biggest_size} bytes of JSON make the spec {_json_size(spec)} bytes; "
+            f"the operator keeps a copy of the spec in an annotation and an object's "
+            f"annotations may hold {ANNOTATIONS_LIMIT} bytes ({used} used already, e.g. by "
+            "kubectl apply's last-applied-configuration). Keep large data out of the spec: put "
+            f"it in the image or in the checkpoint storage and pass its path in {biggest}",
+        )
+    try:
+        configmap = build_contract_configmap(trainjob, meta, 0)
+    except ValueError as exc:
+        return ("InvalidSpec", f"{exc}; fix this field of the TrainJob")
+    size = sum(len(k) + len(v.encode()) for k, v in configmap["data"].items())
+    if size > CONFIGMAP_LIMIT:
+        return (
+            "SpecTooLarge",
+            f"{biggest}: the runtime contract ({CONTRACT_KEY}) would be {size} bytes, more "
+            f"than the {CONFIGMAP_LIMIT} bytes a ConfigMap holds; {biggest} is {biggest_size} "
+            "bytes of it. Put large data in the image or in the checkpoint storage and pass its "
+            f"path in {biggest}",
+        )
+    return None
+
+
+def secret_key_names(namespace: str, name: str) -> set[str] | None:
+    """Names of a Secret's keys, or None when it does not exist; its values are dropped unread.
+
+    The response is read as bytes without the client's deserialisation (which logs the body at
+    DEBUG) and without caching the body in the response the client keeps as `last_response`.
+    """
+    response = k8s.call(
+        "get",
+        "secrets",
+        lambda: k8s.core().read_namespaced_secret(name, namespace, _preload_content=False),
+        ok=(404,),
+    )
+    if response is None:
+        return None
+    try:
+        raw = response.read(cache_content=False)
+    finally:
+        response.release_conn()
+    data = json.loads(raw).get("data") or {}
+    return {str(key) for key in data}
+
+
+def check(trainjob: TrainJob, meta: Meta) -> Problem | None:
     """(reason, message) of the first problem found, or None when the RayJob can be created."""
+    problem = spec_problem(trainjob, meta)
+    if problem is not None:
+        return problem
     ns = meta.namespace
     storage = trainjob.spec.storage
     if storage.pvc is not None:
@@ -36,7 +127,7 @@ def check(trainjob: TrainJob, meta: Meta) -> tuple[str, str] | None:
             )
     if storage.s3 is not None and storage.s3.credentials_secret is not None:
         ref = storage.s3.credentials_secret
-        keys = k8s.secret_keys(ns, ref.name)
+        keys = secret_key_names(ns, ref.name)
         if keys is None:
             return (
                 "CredentialsNotFound",
@@ -52,12 +143,11 @@ def check(trainjob: TrainJob, meta: Meta) -> tuple[str, str] | None:
             wanted.append(("sessionTokenKey", ref.session_token_key))
         for field, key in wanted:
             if key not in keys:
-                present = ", ".join(sorted(keys)) or "none"
                 return (
                     "CredentialsIncomplete",
-                    f"spec.storage.s3.credentialsSecret: Secret {ref.name!r} has no key {key!r} "
-                    f"(keys present: {present}); add the key to the Secret or set "
-                    f"credentialsSecret.{field} to the key that holds it",
+                    f"spec.storage.s3.credentialsSecret.{field}: Secret {ref.name!r} has no key "
+                    f"{key!r}; add the key to the Secret or set credentialsSecret.{field} to "
+                    "the key that holds it",
                 )
     if storage.s3 is not None and storage.s3.service_account_name:
         account = storage.s3.service_account_name
