@@ -351,9 +351,16 @@ class Reporter:
             return
         last = self._last_checkpoint_time
         # RFC 3339 in the annotation has whole seconds: compare at that resolution.
-        if (last is None or when > math.floor(last)) and not self.state.checkpointing:
+        if self.state.checkpointing:
+            return
+        if last is None or when > math.floor(last):
             self.state.checkpointing = True
             self._request_seen = requested
+        else:
+            # A checkpoint of the request's second or later already answers it: say so, or
+            # the operator waits out its whole grace period for an answer that never comes.
+            self.state.checkpointing = False
+            self._request_done = requested
 
     def _read(self) -> Mapping[str, Any] | None:
         try:
