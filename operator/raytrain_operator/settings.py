@@ -12,6 +12,7 @@ production failure of kopf operators.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -110,7 +111,34 @@ def legacy_annotations(annotations: Iterable[str]) -> list[str]:
     return sorted(key for key in annotations if key in LEGACY_ANNOTATIONS)
 
 
+#: The Kubernetes client logs the body of every response it deserialises here, at DEBUG.
+CLIENT_BODY_LOGGER = "kubernetes.client.rest"
+
+
+class NoSecretBodies(logging.Filter):
+    """Drops the client's DEBUG record of a response body that is a Secret or a SecretList.
+
+    `--verbose` puts every logger at DEBUG. The operator reads Secrets without that record
+    (handlers/preflight.py); this filter keeps any other read of a Secret from logging it too.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else (record.args,)
+        for arg in args:
+            text = arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)
+            if '"kind":"Secret' in text.replace(" ", ""):
+                return False
+        return True
+
+
+def install_log_filters() -> None:
+    logger = logging.getLogger(CLIENT_BODY_LOGGER)
+    if not any(isinstance(f, NoSecretBodies) for f in logger.filters):
+        logger.addFilter(NoSecretBodies())
+
+
 def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    install_log_filters()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = _DiffBase()
