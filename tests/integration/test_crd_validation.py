@@ -253,6 +253,69 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
         [_set("metadata.name", "a" * 41)],
         ["metadata.name must be at most 40 characters", "choose a shorter name"],
     ),
+    (
+        "name-starts-with-digit",
+        [_set("metadata.name", "1digits")],
+        ["metadata.name must start with a lower-case letter", "DNS-1035"],
+    ),
+    (
+        "cpu-beyond-any-quantity",
+        [_set("spec.scaling.resourcesPerWorker", {"cpu": "1e1000000"})],
+        ["spec.scaling.resourcesPerWorker.cpu must be a Kubernetes quantity between 1m and 1024"],
+    ),
+    (
+        "cpu-not-a-quantity",
+        [_set("spec.scaling.resourcesPerWorker", {"cpu": "two"})],
+        ["spec.scaling.resourcesPerWorker.cpu must be a Kubernetes quantity"],
+    ),
+    (
+        "memory-negative",
+        [_set("spec.scaling.resourcesPerWorker", {"memory": "-8Gi"})],
+        ["spec.scaling.resourcesPerWorker.memory must be a Kubernetes quantity"],
+    ),
+    (
+        "custom-negative",
+        [_set("spec.scaling.resourcesPerWorker", {"custom": {"fast_disk": -1}})],
+        ["spec.scaling.resourcesPerWorker.custom.fast_disk", "greater than or equal to 0"],
+    ),
+    (
+        "custom-named-cpu",
+        [_set("spec.scaling.resourcesPerWorker", {"custom": {"CPU": 2}})],
+        ["spec.scaling.resourcesPerWorker.custom", "are not custom resources"],
+    ),
+    (
+        "subpath-leaves-the-claim",
+        [_set("spec.storage", {"pvc": {"claimName": "ckpt", "subPath": "../../tmp"}})],
+        ["spec.storage.pvc.subPath must stay inside the claim"],
+    ),
+    (
+        "mount-over-shm",
+        [_set("spec.storage", {"pvc": {"claimName": "ckpt", "mountPath": "/dev/shm"}})],
+        ["spec.storage.pvc.mountPath must not hide or nest"],
+    ),
+    (
+        "s3-prefix-leaves-the-bucket",
+        [_set("spec.storage.s3.uri", "s3://raytrain/../other")],
+        ["spec.storage.s3.uri: the prefix must not contain"],
+    ),
+    (
+        "worker-template-resources",
+        [_set("spec.workerTemplate", {"resources": {"limits": {"cpu": "2"}}})],
+        ["spec.workerTemplate.resources is not used", "resourcesPerWorker"],
+    ),
+    (
+        "accelerator-with-space",
+        [
+            _set("spec.scaling.useGpu", True),
+            _set("spec.scaling.acceleratorType", "NVIDIA A100"),
+        ],
+        ["spec.scaling.acceleratorType", "should match"],
+    ),
+    (
+        "toleration-without-key",
+        [_set("spec.head", {"tolerations": [{"operator": "Equal", "value": "a"}]})],
+        ["spec.head.tolerations[0]", "without a key must have operator Exists"],
+    ),
 ]
 
 
