@@ -150,6 +150,11 @@ def _overrides(rng: random.Random, head: bool) -> Doc:
             {"name": "LOG_LEVEL", "value": "debug"},
             {"name": "my.var-1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         ]
+    if rng.random() < 0.2:
+        out["envFrom"] = [
+            {"configMapRef": {"name": "settings"}},
+            {"prefix": "S3_", "secretRef": {"name": "s3.creds", "optional": True}},
+        ]
     if rng.random() < 0.3:
         out["labels"] = {"team": _label_value(rng), "example.com/cost-center": "ml"}
     if rng.random() < 0.3:
@@ -363,6 +368,19 @@ MUTATIONS: list[tuple[str, Mutation, bool]] = [
             {"limits": {"memory": "1e1000000"}},
             {"requests": {"cpu": "-1"}},
             {"limits": {"memory": "lots"}},
+            {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}},
+            {"requests": {"foo": "1"}},
+        ),
+        True,
+    ),
+    (
+        "env-from-bad",
+        _put(
+            "spec.workerTemplate.envFrom",
+            [{"configMapRef": {"name": "Bad Name"}}],
+            [{}],
+            [{"configMapRef": {"name": "a"}, "secretRef": {"name": "b"}}],
+            [{"prefix": "bad prefix", "secretRef": {"name": "b"}}],
         ),
         True,
     ),

@@ -143,6 +143,14 @@ _RESOURCES_SCHEMA: JsonDict = {
             "type": "object",
             "description": f"Resource {kind}, by resource name (cpu, memory, nvidia.com/gpu...).",
             "maxProperties": 16,
+            "x-kubernetes-validations": [
+                _rule(
+                    "self.all(k, size(k) <= 253 && (k in ['cpu', 'memory', 'ephemeral-storage'] "
+                    "|| k.startsWith('hugepages-') || k.contains('/')))",
+                    f"spec.head.resources.{kind}: a resource is cpu, memory, ephemeral-storage, "
+                    "hugepages-<size> or a name with a domain such as nvidia.com/gpu",
+                )
+            ],
             "additionalProperties": {
                 "x-kubernetes-int-or-string": True,
                 "maxLength": 64,
@@ -160,6 +168,60 @@ _RESOURCES_SCHEMA: JsonDict = {
         for kind in ("requests", "limits")
     },
     "additionalProperties": False,
+    "x-kubernetes-validations": [
+        _rule(
+            "!has(self.requests) || !has(self.limits) || self.requests.all(k, "
+            "!(k in self.limits) || quantity(string(self.requests[k])).compareTo("
+            "quantity(string(self.limits[k]))) <= 0)",
+            "spec.head.resources: a request must not exceed the limit of the same resource; "
+            "raise the limit or lower the request",
+        )
+    ],
+}
+
+#: core/v1 EnvFromSource: a ConfigMap or a Secret by name, with an optional prefix.
+_ENV_FROM_SCHEMA: JsonDict = {
+    "type": "array",
+    "maxItems": 32,
+    "items": {
+        "type": "object",
+        "properties": {
+            "prefix": {
+                "type": "string",
+                "maxLength": 253,
+                "pattern": r"^[-._a-zA-Z0-9]*$",
+                "description": "Prefix of every variable's name.",
+            },
+            **{
+                ref: {
+                    "type": "object",
+                    "description": f"The {kind} whose keys become variables.",
+                    "required": ["name"],
+                    "properties": {
+                        "name": {
+                            "type": "string",
+                            "maxLength": 253,
+                            "pattern": DNS_SUBDOMAIN,
+                            "description": f"Name of the {kind}.",
+                        },
+                        "optional": {
+                            "type": "boolean",
+                            "description": f"Start the pod even if the {kind} is missing.",
+                        },
+                    },
+                    "additionalProperties": False,
+                }
+                for ref, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret"))
+            },
+        },
+        "additionalProperties": False,
+        "x-kubernetes-validations": [
+            _rule(
+                "has(self.configMapRef) != has(self.secretRef)",
+                "spec.*.envFrom: every entry names one configMapRef or one secretRef",
+            )
+        ],
+    },
 }
 
 #: core/v1 Toleration, so a malformed one is refused here and not by the pods' creation.
@@ -671,7 +733,7 @@ class PodOverrides(_Model):
     """PriorityClass of the pods."""
     env: Annotated[list[dict[str, Any]], WithJsonSchema(_ENV_SCHEMA)] | None = None
     """Extra container environment variables (core/v1 EnvVar)."""
-    env_from: list[dict[str, Any]] | None = Field(default=None, max_length=32)
+    env_from: Annotated[list[dict[str, Any]], WithJsonSchema(_ENV_FROM_SCHEMA)] | None = None
     """Extra container environment sources (core/v1 EnvFromSource)."""
     service_account_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
     """Service account of the pods. Default: the per-job account the operator creates."""
