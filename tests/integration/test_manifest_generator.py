@@ -150,6 +150,39 @@ def _overrides(rng: random.Random, head: bool) -> Doc:
             {"name": "LOG_LEVEL", "value": "debug"},
             {"name": "my.var-1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         ]
+    if rng.random() < 0.3:
+        out["affinity"] = rng.choice(
+            [
+                {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "pool", "operator": "In", "values": ["a", "b"]}
+                                    ]
+                                },
+                                {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
+                            ]
+                        }
+                    }
+                },
+                {
+                    "podAntiAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 10,
+                                "podAffinityTerm": {
+                                    "topologyKey": "kubernetes.io/hostname",
+                                    "labelSelector": {"matchLabels": {"app": "db"}},
+                                },
+                            }
+                        ]
+                    }
+                },
+                {"podAffinity": {}},
+            ]
+        )
     if rng.random() < 0.2:
         out["envFrom"] = [
             {"configMapRef": {"name": "settings"}},
@@ -374,6 +407,24 @@ MUTATIONS: list[tuple[str, Mutation, bool]] = [
         True,
     ),
     (
+        "affinity-bad",
+        _put(
+            "spec.workerTemplate.affinity",
+            {"podAffinity": 5},
+            {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}},
+            {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": "x"}},
+            {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": "x"}]
+                    }
+                }
+            },
+            {"nodeSelector": {"a": "b"}},
+        ),
+        True,
+    ),
+    (
         "env-from-bad",
         _put(
             "spec.workerTemplate.envFrom",
@@ -446,7 +497,9 @@ def generate(count: int, seed: int) -> list[Case]:
             picks = rng.sample(common, rng.choice([1, 1, 2]))
             if rng.random() < 0.005:
                 picks.append(rng.choice(rare))
-            for name, mutate, invalid in picks:
+            # Valid edge values first: one written after an invalid value of the same field
+            # would replace it.
+            for name, mutate, invalid in sorted(picks, key=lambda m: m[2]):
                 mutate(case.doc, rng)
                 case.mutations.append(name)
                 case.must_refuse = case.must_refuse or invalid

@@ -179,6 +179,102 @@ _RESOURCES_SCHEMA: JsonDict = {
     ],
 }
 
+
+def _free_list(description: str) -> JsonDict:
+    return {
+        "type": "array",
+        "maxItems": 64,
+        "description": description,
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    }
+
+
+def _requirements(what: str) -> JsonDict:
+    """core/v1 NodeSelectorRequirement list: the builders append theirs to it."""
+    return {
+        "type": "array",
+        "maxItems": 64,
+        "description": f"Requirements on {what}, all of which must hold.",
+        "items": {
+            "type": "object",
+            "required": ["key", "operator"],
+            "properties": {
+                "key": {"type": "string", "maxLength": 316, "description": "Key."},
+                "operator": {
+                    "type": "string",
+                    "enum": ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"],
+                    "description": "In, NotIn, Exists, DoesNotExist, Gt or Lt.",
+                },
+                "values": {
+                    "type": "array",
+                    "maxItems": 64,
+                    "description": "Values (In, NotIn: one or more; Gt, Lt: one integer).",
+                    "items": {"type": "string", "maxLength": 63},
+                },
+            },
+            "additionalProperties": False,
+        },
+    }
+
+
+def _pod_affinity(kind: str) -> JsonDict:
+    return {
+        "type": "object",
+        "description": f"core/v1 {kind}.",
+        "properties": {
+            "requiredDuringSchedulingIgnoredDuringExecution": _free_list(
+                "Terms every pod must satisfy (core/v1 PodAffinityTerm)."
+            ),
+            "preferredDuringSchedulingIgnoredDuringExecution": _free_list(
+                "Weighted terms the scheduler prefers (core/v1 WeightedPodAffinityTerm)."
+            ),
+        },
+        "additionalProperties": False,
+    }
+
+
+#: core/v1 Affinity down to its lists, whose items stay free-form: the builders merge their own
+#: terms into these lists, so their shape must be what the builders expect.
+_AFFINITY_SCHEMA: JsonDict = {
+    "type": "object",
+    "properties": {
+        "nodeAffinity": {
+            "type": "object",
+            "description": "core/v1 NodeAffinity.",
+            "properties": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "type": "object",
+                    "description": "core/v1 NodeSelector: any of its terms must match.",
+                    "required": ["nodeSelectorTerms"],
+                    "properties": {
+                        "nodeSelectorTerms": {
+                            "type": "array",
+                            "maxItems": 64,
+                            "description": "core/v1 NodeSelectorTerm list.",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "matchExpressions": _requirements("node labels"),
+                                    "matchFields": _requirements("node fields"),
+                                },
+                                "additionalProperties": False,
+                            },
+                        }
+                    },
+                    "additionalProperties": False,
+                },
+                "preferredDuringSchedulingIgnoredDuringExecution": _free_list(
+                    "Weighted terms the scheduler prefers (core/v1 PreferredSchedulingTerm)."
+                ),
+            },
+            "additionalProperties": False,
+        },
+        "podAffinity": _pod_affinity("PodAffinity"),
+        "podAntiAffinity": _pod_affinity("PodAntiAffinity"),
+    },
+    "additionalProperties": False,
+}
+
 #: core/v1 EnvFromSource: a ConfigMap or a Secret by name, with an optional prefix.
 _ENV_FROM_SCHEMA: JsonDict = {
     "type": "array",
@@ -727,7 +823,7 @@ class PodOverrides(_Model):
     """Node labels the pods must match."""
     tolerations: Annotated[list[dict[str, Any]], WithJsonSchema(_TOLERATIONS_SCHEMA)] | None = None
     """Pod tolerations (core/v1 Toleration)."""
-    affinity: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE)
+    affinity: Annotated[dict[str, Any], WithJsonSchema(_AFFINITY_SCHEMA)] | None = None
     """Pod affinity; merged with the affinity derived from scaling."""
     priority_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
     """PriorityClass of the pods."""
