@@ -16,21 +16,23 @@ import sys
 from raytrain_contract import Contract
 from trainer_runtime.console import ConsoleTransport
 from trainer_runtime.reporter import Transport
-from trainer_runtime.trainer import reporter_for, run_training
+from trainer_runtime.trainer import reporter_for, run_training, training_cpus
 
 log = logging.getLogger("trainer_runtime")
 
 
+#: Logical CPUs the local Ray keeps for Ray Data's read tasks when the run has datasets: the
+#: training workers hold theirs for the whole run, and a read task that finds no CPU free waits
+#: forever (Ray counts logical CPUs; the machine's cores are shared as usual).
+DATA_CPUS = 1
+
+
 def cpus_needed(contract: Contract) -> int:
-    s = contract.scaling
-    workers = s.num_workers if s.num_workers is not None else (s.max_workers or 1)
-    per_worker = s.resources_per_worker.get("CPU", 1.0)
-    trials = 1
-    if contract.tune is not None:
-        trials = contract.tune.max_concurrent_trials or 1
+    """Logical CPUs for the local Ray: the workers', a Tune trial driver's, Ray Data's."""
     # A Tune trial's driver takes a sliver of a CPU next to its workers.
     extra = 1 if contract.tune is not None else 0
-    return max(1, math.ceil(trials * workers * per_worker) + extra)
+    data = DATA_CPUS if contract.datasets else 0
+    return max(1, math.ceil(training_cpus(contract)) + extra + data)
 
 
 def run_local(

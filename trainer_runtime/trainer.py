@@ -12,14 +12,18 @@ single ``Reporter``, so there is one writer even when the controller is restarte
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
 import os
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from raytrain_contract import Contract
+from trainer_runtime.datawait import start_watch
 from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
 from trainer_runtime.reporter import FAILED, SUCCEEDED, Reporter, total_epochs
 from trainer_runtime.storage import StorageTarget, resolve_uri, storage_target
@@ -142,20 +146,125 @@ _READERS = {
     "text": "read_text",
 }
 
+#: CPUs one Ray Data read task asks for unless told otherwise (Ray Data's default).
+READ_TASK_CPUS = 1.0
 
-def build_datasets(contract: Contract, target: StorageTarget) -> tuple[dict[str, Any], Any]:
+
+def training_cpus(contract: Contract) -> float:
+    """CPUs the training workers hold: workers (the most, when elastic) x CPUs per worker,
+    times the concurrent trials of a search. A GPU worker holds no CPU unless it asks for one.
+    """
+    s = contract.scaling
+    workers = s.num_workers if s.num_workers is not None else (s.max_workers or 1)
+    per_worker = s.resources_per_worker.get("CPU", 0.0 if s.use_gpu else 1.0)
+    trials = 1
+    if contract.tune is not None:
+        trials = contract.tune.max_concurrent_trials or 1
+    return float(trials * workers * per_worker)
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """CPUs left to Ray Data beside the training workers, and what one read task asks for.
+
+    Ray Train V2 does not tell Ray Data which CPUs its workers hold: Ray Data budgets for the
+    whole cluster and submits read tasks that Ray cannot place while the workers hold every CPU.
+    So the plan caps Ray Data at the spare CPUs and, when there are none, lets read tasks run
+    without a CPU of their own (they share the workers' cores) rather than wait forever.
+    """
+
+    cluster_cpus: float
+    training_cpus: float
+
+    @property
+    def spare_cpus(self) -> float:
+        return max(0.0, self.cluster_cpus - self.training_cpus)
+
+    @property
+    def read_cpus(self) -> float:
+        return READ_TASK_CPUS if self.spare_cpus >= READ_TASK_CPUS else 0.0
+
+
+def plan_data(contract: Contract) -> DataPlan:
+    import ray
+
+    cpus = ray.cluster_resources().get("CPU", 0.0)  # type: ignore[no-untyped-call]
+    return DataPlan(float(cpus), training_cpus(contract))
+
+
+def _reader_kwargs(reader: Callable[..., Any], plan: DataPlan, workers: int) -> dict[str, Any]:
+    if plan.read_cpus >= READ_TASK_CPUS:
+        return {}
+    if "num_cpus" not in inspect.signature(reader).parameters:
+        return {}  # read_numpy: no per-task resources; the wait watch says when it starves
+    # Without a CPU of their own, bound how many reads share the workers' cores at once.
+    return {"num_cpus": plan.read_cpus, "concurrency": max(1, workers)}
+
+
+@contextlib.contextmanager
+def _listing_in_the_driver(wanted: bool) -> Iterator[None]:
+    """Read parquet with Ray Data's first datasource, which lists files in the driver.
+
+    The newer one lists them in a ``ListFiles`` task that always asks for a CPU, whatever the
+    read's own ``num_cpus``: with no CPU left, that task would wait forever.
+    """
+    if not wanted:
+        yield
+        return
+    from ray.data import DataContext
+
+    ctx = DataContext.get_current()
+    saved = ctx.use_datasource_v2
+    ctx.use_datasource_v2 = False
+    try:
+        yield
+    finally:
+        ctx.use_datasource_v2 = saved
+
+
+def build_datasets(
+    contract: Contract, target: StorageTarget, plan: DataPlan | None = None
+) -> tuple[dict[str, Any], Any]:
     if not contract.datasets:
         return {}, None
     import ray.data
     from ray.train import DataConfig
 
+    plan = plan or plan_data(contract)
+    s = contract.scaling
+    workers = s.num_workers if s.num_workers is not None else (s.max_workers or 1)
+    if plan.read_cpus < READ_TASK_CPUS:
+        log.warning(
+            "datasets %s: the training workers hold all %g CPUs of the cluster, none is left "
+            "for Ray Data; its read tasks run without a CPU of their own and share the workers' "
+            "cores. Give the cluster CPUs beyond the workers' for a faster input (docs/data.md)",
+            ", ".join(repr(n) for n in contract.datasets),
+            plan.cluster_cpus,
+        )
     datasets = {}
     for name, spec in contract.datasets.items():
         fs, path = resolve_uri(spec.uri, target)
         reader = getattr(ray.data, _READERS[spec.format])
-        datasets[name] = reader(path, filesystem=fs)
+        with _listing_in_the_driver(plan.read_cpus < READ_TASK_CPUS):
+            datasets[name] = reader(path, filesystem=fs, **_reader_kwargs(reader, plan, workers))
     split = [name for name, spec in contract.datasets.items() if spec.split]
-    return datasets, DataConfig(datasets_to_split=split)
+    return datasets, DataConfig(datasets_to_split=split, execution_options=ingest_options(plan))
+
+
+def ingest_options(plan: DataPlan) -> Any:
+    """Ray Train's default ingest options, with Ray Data's CPU budget cut to the spare CPUs."""
+    from ray.data import DataContext, ExecutionOptions
+
+    current = DataContext.get_current().execution_options
+    limits = current.resource_limits
+    cpu = plan.spare_cpus if limits.cpu is None else min(limits.cpu, plan.spare_cpus)
+    # exclude_resources is left out: deprecated in this Ray, and zero unless someone set it.
+    return ExecutionOptions(
+        resource_limits=limits.copy(cpu=cpu),
+        preserve_order=current.preserve_order,
+        verbose_progress=current.verbose_progress,
+        label_selector=current.label_selector,
+    )
 
 
 def make_trainer(
@@ -263,6 +372,9 @@ def run_training(contract: Contract, reporter: Reporter) -> int:
     stop = threading.Event()
     drainer = threading.Thread(target=_drain, args=(queue, reporter, stop), daemon=True)
     drainer.start()
+    watch: tuple[threading.Event, threading.Thread] | None = None
+    if contract.datasets:
+        watch = start_watch(list(contract.datasets), training_cpus(contract))
     try:
         bridge = _make_bridge(queue, target)
         if contract.tune is not None:
@@ -297,16 +409,22 @@ def run_training(contract: Contract, reporter: Reporter) -> int:
     except Exception as exc:
         message = describe_training_failure(exc)
         log.error("%s\n%s", message, traceback.format_exc())
-        _stop(stop, drainer)
+        _stop(stop, drainer, watch)
         reporter.finish(FAILED, message)
         return EXIT_TRAINING_FAILED
-    _stop(stop, drainer)
+    _stop(stop, drainer, watch)
     log.info("run %s %s", contract.run_name, outcome)
     reporter.finish(SUCCEEDED, outcome)
     return EXIT_OK
 
 
-def _stop(stop: threading.Event, drainer: threading.Thread) -> None:
+def _stop(
+    stop: threading.Event,
+    drainer: threading.Thread,
+    watch: tuple[threading.Event, threading.Thread] | None = None,
+) -> None:
+    if watch is not None:
+        watch[0].set()
     stop.set()
     drainer.join(timeout=60)
 

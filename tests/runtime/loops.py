@@ -13,3 +13,46 @@ def raising_loop(config: dict[str, Any]) -> None:
 
 
 NOT_CALLABLE = 42
+
+
+def table_loop(config: dict[str, Any]) -> None:
+    """Read the ``train`` dataset shard each epoch with ``iter_torch_batches``.
+
+    Writes the ``id`` values each rank saw in each epoch to ``out_dir/rank<r>-epoch<e>.json``,
+    reports every epoch with a checkpoint (rank 0) holding the epoch, resumes after the
+    checkpoint's epoch, and returns early after ``stop_after_epoch`` (a run stopped after a
+    checkpoint).
+    """
+    import json
+    import os
+    import tempfile
+
+    from ray.train import Checkpoint
+
+    epochs = int(config.get("epochs", 2))
+    out_dir = str(config["out_dir"])
+    stop_after = config.get("stop_after_epoch")
+    rank = ray.train.get_context().get_world_rank()
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d, open(os.path.join(d, "state.json")) as f:
+            start = int(json.load(f)["epoch"]) + 1
+    shard = ray.train.get_dataset_shard("train")
+    for epoch in range(start, epochs):
+        ids: list[int] = []
+        for batch in shard.iter_torch_batches(batch_size=64):
+            ids.extend(int(v) for v in batch["id"])
+            float(batch["x"].sum())
+        with open(os.path.join(out_dir, f"rank{rank}-epoch{epoch}.json"), "w") as f:
+            json.dump(ids, f)
+        metrics = {"epoch": epoch, "rows": len(ids), "start_epoch": start}
+        if rank == 0:
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "state.json"), "w") as f:
+                    json.dump({"epoch": epoch}, f)
+                ray.train.report(metrics, checkpoint=Checkpoint.from_directory(d))
+        else:
+            ray.train.report(metrics)
+        if stop_after is not None and epoch >= int(stop_after):
+            return
