@@ -1,7 +1,9 @@
 """`python -m raytrain_operator`: run the operator in-process with our settings.
 
-One replica, no peering (the chart runs it with the Recreate strategy). Cluster-wide unless
---namespace is given (repeatable). Prometheus metrics on --metrics-port at /metrics, kopf's
+Cluster-wide unless --namespace is given (repeatable). kopf peering through the
+ClusterKopfPeering (or, per namespace, KopfPeering) `raytrain-operator`: of several running
+instances only the one with the highest --peering-priority (default: the start time, so the
+newest) handles TrainJobs, the others wait. Prometheus metrics on --metrics-port at /metrics, kopf's
 liveness probe on --health-port at /healthz.
 """
 
@@ -10,11 +12,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 
 import kopf
 
 from raytrain_operator import metrics
-from raytrain_operator.settings import CONFIG
+from raytrain_operator.settings import CONFIG, PEERING_MODES
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,6 +52,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=CONFIG.checkpoint_grace_seconds,
         help="longest wait for a checkpoint before a suspend goes ahead (default %(default)s)",
     )
+    parser.add_argument(
+        "--peering-mode",
+        choices=PEERING_MODES,
+        default=CONFIG.peering_mode,
+        help="auto: peer when the peering object exists, else run alone; required: refuse to "
+        "run without it (the chart installs it); off: never peer (default %(default)s)",
+    )
+    parser.add_argument("--peering-name", default=CONFIG.peering_name)
+    parser.add_argument(
+        "--peering-priority",
+        type=int,
+        default=None,
+        help="the highest priority among live instances works (default: the start time in ms)",
+    )
     return parser.parse_args(argv)
 
 
@@ -60,13 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     CONFIG.verbose = args.verbose
     CONFIG.resync_seconds = args.resync_seconds
     CONFIG.checkpoint_grace_seconds = args.checkpoint_grace_seconds
+    CONFIG.peering_mode = args.peering_mode
+    CONFIG.peering_name = args.peering_name
+    CONFIG.peering_priority = (
+        args.peering_priority if args.peering_priority is not None else int(time.time() * 1000)
+    )
     # Handlers read CONFIG when they are registered, so import them only now.
     importlib.import_module("raytrain_operator.handlers")
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     metrics.serve(args.metrics_port, args.bind_address)
     kopf.run(
-        standalone=True,
+        standalone=CONFIG.peering_mode == "off",
         clusterwide=not CONFIG.namespaces,
         namespaces=CONFIG.namespaces,
         liveness_endpoint=f"http://{args.bind_address}:{args.health_port}/healthz",

@@ -231,6 +231,35 @@ def get_trainjob(namespace: str, name: str) -> dict[str, Any] | None:
     return None if obj is None else _sanitize(obj)
 
 
+def patch_trainjob(
+    namespace: str, name: str, body: dict[str, Any], *, subresource: str | None = None
+) -> bool:
+    """Merge-patch a TrainJob (or its status); False when a precondition in the body (uid,
+    resourceVersion) no longer holds (409) or the TrainJob is gone (404)."""
+    api = custom()
+    fn = (
+        api.patch_namespaced_custom_object_status
+        if subresource == "status"
+        else api.patch_namespaced_custom_object
+    )
+    result = call(
+        "patch",
+        PLURAL,
+        lambda: fn(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            body,
+            field_manager=FIELD_MANAGER,
+            _content_type="application/merge-patch+json",
+        ),
+        ok=(404, 409),
+    )
+    return result is not None
+
+
 def remove_trainjob_finalizer(
     namespace: str, name: str, finalizers: list[str], finalizer: str
 ) -> bool:

@@ -41,6 +41,16 @@ FENCED_PASSES = Counter(
     "Passes that created nothing: the API server showed another attempt than the pass saw, or "
     "a RayJob or pod of another attempt still existed.",
 )
+WAKEUPS = Counter(
+    "raytrain_wakeups_total",
+    "TrainJob passes queued without waiting for the resync, by cause: a RayJob event "
+    "(rayjob), a time a plan named (due), a pass that found its picture out of date (fenced).",
+    ["cause"],
+)
+WAKE_CONFLICTS = Counter(
+    "raytrain_wake_conflicts_total",
+    "Woken passes that wrote nothing because the TrainJob changed after they read it.",
+)
 RAYJOB_CREATION_SECONDS = Histogram(
     "raytrain_rayjob_creation_latency_seconds",
     "From the TrainJob's creationTimestamp to the creation of its first RayJob.",

@@ -21,6 +21,10 @@ from typing import Any
 import kopf
 
 KOPF_PREFIX = "kopf.raytrain.dev"
+#: The KopfPeering (namespaced runs) or ClusterKopfPeering (cluster-wide) object instances
+#: share: one works, the others wait (settings.peering).
+PEERING_NAME = "raytrain-operator"
+PEERING_MODES = ("auto", "required", "off")
 FINALIZER = f"{KOPF_PREFIX}/finalizer"
 DIFFBASE_KEY = "last-handled-configuration"
 
@@ -64,9 +68,11 @@ class OperatorConfig:
     metrics_port: int = 8080
     health_port: int = 8081
     verbose: bool = False
-    #: Every TrainJob is reconciled at least this often (RayJob status, deadlines, TTL).
+    #: Every TrainJob the operator has work on is reconciled at least this often. A safety
+    #: net only: RayJob changes and the times a plan names (deadlines, grace periods, the TTL)
+    #: wake a pass at once (handlers/wake.py).
     resync_seconds: float = field(
-        default_factory=lambda: _env_float("RAYTRAIN_RESYNC_SECONDS", 10.0)
+        default_factory=lambda: _env_float("RAYTRAIN_RESYNC_SECONDS", 60.0)
     )
     #: How long to wait before re-checking storage or credentials that were missing.
     preflight_retry_seconds: float = field(
@@ -77,6 +83,13 @@ class OperatorConfig:
         default_factory=lambda: _env_float("RAYTRAIN_CHECKPOINT_GRACE_SECONDS", 120.0)
     )
     workers: int = 16
+    #: kopf peering: auto (peer when the peering object exists), required (refuse to run
+    #: without it), off (standalone).
+    peering_mode: str = "auto"
+    peering_name: str = PEERING_NAME
+    #: Among running instances the highest priority works, the others wait; two instances of
+    #: the same priority would both pause. Default: the start time in ms (the newest wins).
+    peering_priority: int = 0
 
 
 CONFIG = OperatorConfig()
@@ -140,6 +153,10 @@ def install_log_filters() -> None:
 def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     install_log_filters()
     settings.persistence.finalizer = FINALIZER
+    settings.peering.name = config.peering_name
+    settings.peering.standalone = config.peering_mode == "off"
+    settings.peering.mandatory = config.peering_mode == "required"
+    settings.peering.priority = config.peering_priority
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = _DiffBase()
     # inactivity_timeout stays at kopf's default (70 s): the API server sends a bookmark every

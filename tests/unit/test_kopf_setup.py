@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import pytest
@@ -214,3 +214,103 @@ def test_the_event_handler_is_registered_for_trainjobs() -> None:
     ]
     assert handler.id == "legacy-finalizer"
     assert handler.when is legacy._carries_legacy_finalizer
+
+
+# ------------------------------------------------------------- the finalizer and the timer
+
+
+def _trainjob_body(status: dict[str, Any], ttl: int | None = None, **annotations: str) -> Any:
+    obj = body(annotations or None)
+    spec = dict(obj["spec"])
+    if ttl is not None:
+        spec["ttlSecondsAfterFinished"] = ttl
+    return kopf.Body({**dict(obj), "spec": spec, "status": status})
+
+
+FINISHED = {"conditions": [{"type": "Succeeded", "status": "True"}]}
+
+
+def _finalizer_wanted(obj: Any) -> bool:
+    """kopf's own answer: does any handler of ours need its finalizer on this object?"""
+    from kopf._cogs.structs import references
+    from kopf._core.intents import causes
+
+    registry = kopf.get_default_registry()
+    resource = references.Resource(
+        group="raytrain.dev", version="v1alpha1", plural="trainjobs", namespaced=True
+    )
+    cause = causes.SpawningCause(
+        resource=resource,
+        indices=cast(Any, {}),
+        logger=LOG,
+        patch=kopf.Patch(),
+        memo=kopf.Memo(),
+        body=obj,
+        reset=False,
+    )
+    changing = causes.ChangingCause(
+        resource=resource,
+        indices=cast(Any, {}),
+        logger=LOG,
+        patch=kopf.Patch(),
+        memo=kopf.Memo(),
+        body=obj,
+        initial=False,
+        reason=kopf.Reason.UPDATE,
+    )
+    return registry._spawning.requires_finalizer(cause) or registry._changing.requires_finalizer(
+        changing
+    )
+
+
+def test_the_resync_timer_is_limited_to_jobs_the_operator_has_work_on() -> None:
+    registry = kopf.get_default_registry()
+    (timer,) = [h for h in registry._spawning.get_all_handlers() if h.id == "resync"]
+    assert timer.when is trainjobs.needs_operator
+    assert timer.requires_finalizer  # kopf's rule for every timer
+
+
+@pytest.mark.parametrize(
+    ("status", "ttl", "annotations", "wanted"),
+    [
+        ({}, None, {}, True),  # new
+        ({"phase": "Running", "conditions": []}, None, {}, True),
+        (FINISHED, None, {}, False),  # finished, nothing left to do
+        (FINISHED, 60, {}, True),  # the TTL clean-up is still to come
+        (FINISHED, 60, {"raytrain.dev/children-deleted": "2026-11-23T10:00:00Z"}, False),
+        ({"conditions": [{"type": "Failed", "status": "True"}]}, None, {}, False),
+    ],
+)
+def test_only_jobs_the_operator_has_work_on_carry_the_finalizer(
+    status: dict[str, Any], ttl: int | None, annotations: dict[str, str], wanted: bool
+) -> None:
+    obj = _trainjob_body(status, ttl, **annotations)
+    assert trainjobs.needs_operator(status=obj.status, spec=obj.spec, meta=obj.meta) is wanted
+    assert _finalizer_wanted(obj) is wanted
+
+
+def test_peering_is_on_by_default_under_our_name() -> None:
+    ours = kopf.OperatorSettings()
+    settings.configure_kopf(ours, settings.OperatorConfig(peering_priority=7))
+    assert (ours.peering.name, ours.peering.standalone, ours.peering.mandatory) == (
+        "raytrain-operator",
+        False,
+        False,
+    )
+    assert ours.peering.priority == 7
+    required = kopf.OperatorSettings()
+    settings.configure_kopf(required, settings.OperatorConfig(peering_mode="required"))
+    assert required.peering.mandatory is True
+    off = kopf.OperatorSettings()
+    settings.configure_kopf(off, settings.OperatorConfig(peering_mode="off"))
+    assert off.peering.standalone is True
+
+
+def test_the_command_line_sets_peering_and_a_priority_that_grows_with_start_time() -> None:
+    from raytrain_operator import __main__
+
+    args = __main__.parse_args(["--peering-mode", "required", "--peering-priority", "3"])
+    assert (args.peering_mode, args.peering_priority) == ("required", 3)
+    assert __main__.parse_args([]).peering_priority is None  # main() uses the start time
+    with pytest.raises(SystemExit):
+        __main__.parse_args(["--peering-mode", "sometimes"])

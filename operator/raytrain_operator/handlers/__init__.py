@@ -9,10 +9,10 @@ from typing import Any
 
 import kopf
 
-from raytrain_operator.handlers import legacy, rayjobs, trainjobs
+from raytrain_operator.handlers import legacy, rayjobs, trainjobs, wake
 from raytrain_operator.settings import CONFIG, configure_kopf
 
-__all__ = ["legacy", "rayjobs", "trainjobs"]
+__all__ = ["legacy", "rayjobs", "trainjobs", "wake"]
 
 
 @kopf.on.startup(id="configure")

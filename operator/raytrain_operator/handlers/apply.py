@@ -37,6 +37,7 @@ from raytrain_operator.builders.meta import (
 from raytrain_operator.builders.names import contract_configmap_name, runtime_account_name
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
+from raytrain_operator.handlers.wake import WAKER
 from raytrain_operator.status import machine
 from raytrain_operator.status.machine import (
     Action,
@@ -175,6 +176,8 @@ def ensure_children(
         _ensure(obj, meta)
     rayjob = build_rayjob(trainjob, meta, action.attempt, suspend=action.suspend)
     if _ensure(rayjob, meta):
+        # Its ADDED event brings nothing this pass does not know: it wakes no pass.
+        WAKER.saw(meta.namespace, rayjob)
         logger.info(f"Created RayJob {rayjob['metadata']['name']} (attempt {action.attempt}).")
         created = parse_rfc3339(creation_timestamp)
         if created is not None and action.attempt == 0:

@@ -27,6 +27,7 @@ from raytrain_operator.builders.names import name_problems, rayjob_name
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
 from raytrain_operator.handlers import apply, preflight
+from raytrain_operator.handlers.wake import WAKER
 from raytrain_operator.settings import CONFIG
 from raytrain_operator.status import conditions, machine
 
@@ -34,6 +35,9 @@ Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 #: Pods of a cluster that is still starting are looked at (for Unschedulable) after this long.
 UNSCHEDULABLE_CHECK_AFTER_SECONDS = 10.0
+
+#: A pass that found its picture out of date runs again this much later.
+FENCED_RETRY_SECONDS = 1.0
 
 #: After a 403 on listing pods, how long before trying again.
 PODS_FORBIDDEN_RETRY_SECONDS = 600.0
@@ -49,9 +53,40 @@ def _lock(uid: str) -> threading.Lock:
 
 
 def forget(uid: str) -> None:
-    """Drop a deleted TrainJob's lock."""
+    """Drop a deleted TrainJob's lock and its parsed spec."""
     with _locks_guard:
         _locks.pop(uid, None)
+        for key in [k for k in _parsed if k[0] == uid]:
+            _parsed.pop(key, None)
+
+
+#: parse() results by (uid, generation, labels, annotations): a pass over an unchanged
+#: TrainJob neither validates its spec nor builds its children again.
+_parsed: dict[tuple[Any, ...], tuple[TrainJob | None, str | None]] = {}
+PARSED_MAX = 8192
+
+
+def parse_cached(body: Mapping[str, Any]) -> tuple[TrainJob | None, str | None]:
+    """parse(), once per uid and generation (and labels and annotations, which the builders
+    copy): the spec of one generation never changes. A pass must not change the model."""
+    metadata = body.get("metadata") or {}
+    key = (
+        metadata.get("uid"),
+        metadata.get("generation"),
+        metadata.get("name"),
+        tuple(sorted((metadata.get("labels") or {}).items())),
+        tuple(sorted((metadata.get("annotations") or {}).items())),
+    )
+    with _locks_guard:
+        found = _parsed.get(key)
+    if found is not None:
+        return found
+    result = parse(body)
+    with _locks_guard:
+        if len(_parsed) >= PARSED_MAX:
+            _parsed.clear()
+        _parsed[key] = result
+    return result
 
 
 def parse(body: Mapping[str, Any]) -> tuple[TrainJob | None, str | None]:
@@ -154,6 +189,11 @@ def cluster_problem(
     return None
 
 
+def _starting(rayjob: Mapping[str, Any]) -> bool:
+    status = rayjob.get("status") or {}
+    return bool(status.get("startTime")) and status.get("jobDeploymentStatus") == "Initializing"
+
+
 def with_cluster_workers(rayjob: dict[str, Any], index: Any) -> dict[str, Any]:
     """The RayJob with its cluster's worker counts taken from the RayCluster itself.
 
@@ -214,7 +254,7 @@ def _locked_pass(
     raycluster_index: Any,
 ) -> machine.Plan:
     status: dict[str, Any] = dict(body.get("status") or {})
-    trainjob, spec_problem = parse(body)
+    trainjob, spec_problem = parse_cached(body)
     now = machine.now_utc()
 
     rayjob = None
@@ -228,6 +268,7 @@ def _locked_pass(
         highest = max(attempts, default=None)
         attempt = machine.current_attempt(status, highest)
         for r in owned:
+            WAKER.saw(meta.namespace, r)
             at = machine.attempt_of(r)
             if at is not None and at < attempt:
                 rmeta = r.get("metadata") or {}
@@ -253,6 +294,7 @@ def _locked_pass(
         checkpoint_grace_seconds=CONFIG.checkpoint_grace_seconds,
     )
     plan = machine.plan(observation)
+    wake_key = (meta.namespace, meta.name)
     try:
         apply.run(
             plan.actions,
@@ -265,7 +307,9 @@ def _locked_pass(
     except apply.Fenced as exc:
         # This pass's picture is out of date: it writes nothing, the next pass decides again.
         metrics.FENCED_PASSES.inc()
+        metrics.WAKEUPS.labels(cause="fenced").inc()
         logger.info(f"Nothing created: {exc}.")
+        WAKER.schedule(wake_key, FENCED_RETRY_SECONDS)
         return plan
     except apply.Conflict as exc:
         plan = machine.plan(dataclasses.replace(observation, conflict=str(exc)))
@@ -280,8 +324,14 @@ def _locked_pass(
             kopf.warn(body, reason=t.reason, message=message)
         else:
             kopf.info(body, reason=t.reason, message=message)
-    if plan.recheck_after is not None:
-        logger.debug(f"Next deadline, grace period or TTL due in {plan.recheck_after:.0f} s.")
+    due = plan.recheck_after
+    if rayjob is not None and trouble is None and _starting(rayjob):
+        # Nothing announces a pod the scheduler cannot place: look again a little later.
+        due = min(due or UNSCHEDULABLE_CHECK_AFTER_SECONDS, UNSCHEDULABLE_CHECK_AFTER_SECONDS)
+    if due is not None and due < CONFIG.resync_seconds:
+        logger.debug(f"Next deadline, grace period or TTL due in {due:.0f} s.")
+        metrics.WAKEUPS.labels(cause="due").inc()
+        WAKER.schedule(wake_key, due)
     if plan.phase == machine.STALLED:
         stalled = conditions.find(plan.status["conditions"], conditions.STALLED) or {}
         logger.warning(f"Stalled ({stalled.get('reason')}): {stalled.get('message')}")

@@ -1,10 +1,16 @@
 """kopf handlers of TrainJobs: create, resume, update, delete, and a periodic resync.
 
 Every handler runs the same level-triggered reconcile pass; they differ only in what wakes them
-up. Children are owned by the TrainJob (ownerReferences), so deleting it lets Kubernetes'
-garbage collector remove them and the delete handler has nothing to clean up. kopf still puts
-its finalizer (`kopf.raytrain.dev/finalizer`, settings.FINALIZER) on every TrainJob because of
-the resync timer, which it stops before letting the object go.
+up (a RayJob's change and a time a plan names wake a pass too: handlers/wake.py). Children are
+owned by the TrainJob (ownerReferences), so deleting it lets Kubernetes' garbage collector
+remove them and the delete handler (optional) needs no finalizer.
+
+The finalizer (`kopf.raytrain.dev/finalizer`, settings.FINALIZER) exists only because of the
+resync timer: kopf blocks the deletion of an object while a timer of it runs. The timer is
+limited (`when=`) to jobs the operator still has work on (machine.needs_operator): not
+finished, or finished with a TTL clean-up to do. kopf adds its finalizer only to objects a timer
+matches, stops the timer and removes the finalizer when an object stops matching: a finished job
+carries no finalizer, and deleting it (or its namespace) never waits for the operator.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import kopf
 from raytrain_operator import metrics
 from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator.handlers.reconcile import forget, reconcile
+from raytrain_operator.handlers.wake import WAKER
 from raytrain_operator.settings import CONFIG
 from raytrain_operator.status import machine
 
@@ -48,7 +55,15 @@ def on_change(
     progress under its id, and logs name it ("Handler 'create' succeeded").
     """
     handler = kopf.Reason(reason).value
+    WAKER.capture(rayjobs, rayclusters)
     _retry_if_stalled(reconcile(handler, body, patch, logger, rayjobs, rayclusters))
+
+
+def needs_operator(status: kopf.Status, spec: kopf.Spec, meta: kopf.Meta, **_: Any) -> bool:
+    """The resync timer's filter: this job is not finished, or its TTL clean-up is pending."""
+    return machine.needs_operator(
+        status, spec.get("ttlSecondsAfterFinished"), meta.get("annotations") or {}
+    )
 
 
 @kopf.timer(
@@ -58,6 +73,7 @@ def on_change(
     id="resync",
     interval=CONFIG.resync_seconds,
     initial_delay=CONFIG.resync_seconds,
+    when=needs_operator,
 )
 def resync(
     body: kopf.Body,
@@ -67,6 +83,7 @@ def resync(
     rayclusters: kopf.Index[Any, Any] | None = None,
     **_: Any,
 ) -> None:
+    WAKER.capture(rayjobs, rayclusters)
     reconcile("resync", body, patch, logger, rayjobs, rayclusters)
 
 

@@ -136,6 +136,20 @@ def is_terminal(status: Mapping[str, Any]) -> bool:
     return c.is_true(conds, c.SUCCEEDED) or c.is_true(conds, c.FAILED)
 
 
+def needs_operator(
+    status: Mapping[str, Any], ttl_seconds: Any, annotations: Mapping[str, Any]
+) -> bool:
+    """Whether the operator still has work on a TrainJob: it has not finished, or it finished
+    with a spec.ttlSecondsAfterFinished whose clean-up has not happened yet.
+
+    Only such a job carries the operator's finalizer (the resync timer runs for it alone): a
+    finished job without pending clean-up never waits for the operator to be deleted.
+    """
+    if not is_terminal(status):
+        return True
+    return ttl_seconds is not None and ANNOTATION_CLEANED_UP not in annotations
+
+
 def current_attempt(status: Mapping[str, Any], highest_attempt: int | None) -> int:
     """The attempt the job is at: the status' word, but never below a RayJob that exists.
 

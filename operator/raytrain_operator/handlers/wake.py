@@ -1,0 +1,253 @@
+"""Wake-ups: a TrainJob's pass runs as soon as something it waits for happens, not at the next
+resync.
+
+- One of its RayJobs changes (KubeRay writes the status, the RayJob is being deleted or is gone):
+  the `wake-trainjob` event handler queues the TrainJob at once. An event that shows nothing the
+  last pass has not seen (the ADDED event of a RayJob the operator has just created, a change
+  of fields no pass reads) wakes nothing.
+- A plan says something falls due (a deadline, a checkpoint grace period, the TTL, an earlier
+  attempt's RayJob being deleted): the TrainJob is queued for that moment.
+
+Queued passes run on threads of their own; passes over one TrainJob never overlap (the queue
+runs one key at a time, and every pass takes the TrainJob's lock). A queued pass reads the
+TrainJob from the API server, not from a watch event that may predate the last status patch,
+and writes with that read's resourceVersion as a precondition: if another writer came in
+between, nothing is written and the TrainJob is queued again. The resync timer stays as the
+safety net (a missed event, a restart).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import heapq
+import itertools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
+
+import kopf
+
+from raytrain_operator import k8s, metrics
+from raytrain_operator.builders.meta import LABEL_TRAINJOB
+from raytrain_operator.k8s import RAY_GROUP, RAY_VERSION, RAYJOBS
+from raytrain_operator.status import machine
+
+Key = tuple[str, str]
+LOG = logging.getLogger("raytrain_operator.wake")
+
+#: After a write refused because the TrainJob changed meanwhile: queued again this much later.
+CONFLICT_RETRY_SECONDS = 0.5
+
+
+def fingerprint(rayjob: Mapping[str, Any]) -> str:
+    """What of a RayJob a pass reads and KubeRay or the garbage collector changes."""
+    metadata = rayjob.get("metadata") or {}
+    spec = rayjob.get("spec") or {}
+    return json.dumps(
+        [
+            dict(rayjob.get("status") or {}),
+            bool(metadata.get("deletionTimestamp")),
+            bool(spec.get("suspend", False)),
+        ],
+        sort_keys=True,
+        default=str,
+    )
+
+
+class Waker:
+    """A delay queue of TrainJob keys, each run by `run` when due, one pass per key at a time."""
+
+    def __init__(self, run: Callable[[Key], None], workers: int = 4) -> None:
+        self._run = run
+        self._workers = workers
+        self._cond = threading.Condition()
+        self._due: dict[Key, float] = {}
+        self._heap: list[tuple[float, int, Key]] = []
+        self._seq = itertools.count()
+        self._running: set[Key] = set()
+        self._again: set[Key] = set()
+        self._pool: ThreadPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
+        self._context: contextvars.Context | None = None
+        #: (namespace, RayJob name) -> the fingerprint the last pass saw.
+        self._seen: dict[Key, str] = {}
+        self._seen_guard = threading.Lock()
+        #: kopf's indexes (rayjobs, rayclusters), as the handlers received them.
+        self.indexes: tuple[Any, Any] = (None, None)
+
+    # ------------------------------------------------------------------ what passes saw
+
+    def saw(self, namespace: str, rayjob: Mapping[str, Any]) -> None:
+        name = str((rayjob.get("metadata") or {}).get("name"))
+        with self._seen_guard:
+            self._seen[(namespace, name)] = fingerprint(rayjob)
+
+    def news(self, namespace: str, rayjob: Mapping[str, Any]) -> bool:
+        """Whether a RayJob event shows something the last pass did not see."""
+        name = str((rayjob.get("metadata") or {}).get("name"))
+        with self._seen_guard:
+            return self._seen.get((namespace, name)) != fingerprint(rayjob)
+
+    def gone(self, namespace: str, name: str) -> None:
+        with self._seen_guard:
+            self._seen.pop((namespace, name), None)
+
+    # ------------------------------------------------------------------------ the queue
+
+    def capture(self, rayjobs: Any = None, rayclusters: Any = None) -> None:
+        """Keep kopf's context (to post Events from our threads) and its indexes."""
+        self._context = contextvars.copy_context()
+        if rayjobs is not None or rayclusters is not None:
+            self.indexes = (rayjobs, rayclusters)
+
+    def schedule(self, key: Key, delay: float = 0.0) -> None:
+        """Run a pass over `key` in `delay` seconds (or earlier, if one is due earlier)."""
+        at = time.monotonic() + max(delay, 0.0)
+        with self._cond:
+            current = self._due.get(key)
+            if current is not None and current <= at:
+                return
+            self._due[key] = at
+            heapq.heappush(self._heap, (at, next(self._seq), key))
+            if self._thread is None:
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="raytrain-wake")
+                self._thread = threading.Thread(
+                    target=self._loop, name="raytrain-waker", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def pending(self) -> dict[Key, float]:
+        """Seconds until each queued key is due (for tests and logs)."""
+        now = time.monotonic()
+        with self._cond:
+            return {key: at - now for key, at in self._due.items()}
+
+    def _next(self) -> Key:
+        with self._cond:
+            while True:
+                while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
+                    heapq.heappop(self._heap)  # superseded by an earlier schedule
+                now = time.monotonic()
+                if self._heap and self._heap[0][0] <= now:
+                    _, _, key = heapq.heappop(self._heap)
+                    del self._due[key]
+                    if key in self._running:
+                        self._again.add(key)  # once the running pass is over
+                        continue
+                    self._running.add(key)
+                    return key
+                self._cond.wait(self._heap[0][0] - now if self._heap else None)
+
+    def _loop(self) -> None:
+        while True:
+            key = self._next()
+            assert self._pool is not None
+            self._pool.submit(self._guarded, key)
+
+    def _guarded(self, key: Key) -> None:
+        try:
+            if self._context is not None:
+                self._context.copy().run(self._run, key)
+            else:
+                self._run(key)
+        except Exception:
+            LOG.exception(f"[{key[0]}/{key[1]}] A woken pass failed; the resync timer retries.")
+        finally:
+            with self._cond:
+                self._running.discard(key)
+                again = key in self._again
+                self._again.discard(key)
+            if again:
+                self.schedule(key)
+
+
+class _ObjectLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Log lines of a woken pass, prefixed like kopf's per-object lines."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return f"[{self.extra['key']}] {msg}" if self.extra else msg, kwargs
+
+
+def run_pass(key: Key) -> None:
+    """One pass over a TrainJob, read fresh from the API; writes only if it did not change."""
+    from raytrain_operator.handlers.reconcile import reconcile
+
+    namespace, name = key
+    obj = k8s.get_trainjob(namespace, name)
+    if obj is None:
+        return
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    if metadata.get("deletionTimestamp") or not machine.needs_operator(
+        obj.get("status") or {},
+        spec.get("ttlSecondsAfterFinished"),
+        metadata.get("annotations") or {},
+    ):
+        return
+    body = kopf.Body(cast(kopf.RawBody, obj))
+    patch = kopf.Patch()
+    logger = _ObjectLogger(LOG, {"key": f"{namespace}/{name}"})
+    rayjobs, rayclusters = WAKER.indexes
+    reconcile("wake", body, patch, logger, rayjobs, rayclusters)
+    if not write(namespace, name, metadata, patch):
+        metrics.WAKE_CONFLICTS.inc()
+        WAKER.schedule(key, CONFLICT_RETRY_SECONDS)
+
+
+def write(namespace: str, name: str, metadata: Mapping[str, Any], patch: kopf.Patch) -> bool:
+    """Apply a pass's patch (annotations, status) if the TrainJob is still as it was read.
+
+    False when it changed meanwhile (409): nothing of this pass's status is written.
+    """
+    precondition: dict[str, Any] = {
+        "uid": metadata.get("uid"),
+        "resourceVersion": metadata.get("resourceVersion"),
+    }
+    annotations = dict((patch.get("metadata") or {}).get("annotations") or {})
+    status = dict(patch.get("status") or {})
+    if annotations:
+        body = {"metadata": {**precondition, "annotations": annotations}}
+        if not k8s.patch_trainjob(namespace, name, body):
+            return False
+        # Our own write moved the resourceVersion; the status write follows it at once.
+        precondition = {"uid": metadata.get("uid")}
+    if status:
+        body = {"metadata": precondition, "status": status}
+        if not k8s.patch_trainjob(namespace, name, body, subresource="status"):
+            return False
+    return True
+
+
+WAKER = Waker(run_pass)
+
+
+@kopf.on.event(
+    RAY_GROUP, RAY_VERSION, RAYJOBS, labels={LABEL_TRAINJOB: kopf.PRESENT}, id="wake-trainjob"
+)
+def rayjob_changed(
+    type: str | None,
+    namespace: str | None,
+    name: str,
+    meta: kopf.Meta,
+    body: kopf.Body,
+    rayjobs: kopf.Index[Any, Any] | None = None,
+    rayclusters: kopf.Index[Any, Any] | None = None,
+    **_: Any,
+) -> None:
+    """A RayJob of a TrainJob changed: that TrainJob's pass runs now (through the queue)."""
+    if namespace is None:
+        return
+    WAKER.capture(rayjobs, rayclusters)
+    owner = str(meta.labels[LABEL_TRAINJOB])
+    if type == "DELETED":
+        WAKER.gone(namespace, name)
+    elif type is None or not WAKER.news(namespace, body):
+        # The listing at start-up (every TrainJob is resumed anyway), or nothing new.
+        return
+    metrics.WAKEUPS.labels(cause="rayjob").inc()
+    WAKER.schedule((namespace, owner))

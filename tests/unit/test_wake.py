@@ -1,0 +1,154 @@
+"""Wake-ups (handlers/wake.py): the queue, which RayJob events wake a TrainJob's pass, and how a
+woken pass writes (only over the TrainJob it read)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import kopf
+import pytest
+from _fake_api import recorder
+
+from raytrain_operator.handlers import wake
+
+__all__ = ["recorder"]  # the fixture
+
+
+def rayjob(status: dict[str, Any] | None = None, **metadata: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "digits-0", "labels": {"raytrain.dev/trainjob": "digits"}, **metadata},
+        "spec": {"suspend": False, "entrypoint": "python -m trainer_runtime"},
+        "status": status or {},
+    }
+
+
+def wait_until(check: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+# ------------------------------------------------------------------------------- the queue
+
+
+def test_a_key_runs_when_due_and_an_earlier_schedule_wins() -> None:
+    ran: list[tuple[str, float]] = []
+    waker = wake.Waker(lambda key: ran.append((key[1], time.monotonic())))
+    start = time.monotonic()
+    waker.schedule(("ns", "late"), 0.3)
+    waker.schedule(("ns", "a"), 30.0)
+    waker.schedule(("ns", "a"), 0.0)  # earlier: replaces the 30 s one
+    waker.schedule(("ns", "a"), 10.0)  # later than the queued one: ignored
+    wait_until(lambda: len(ran) == 2)
+    assert [name for name, _ in ran] == ["a", "late"]
+    assert ran[1][1] - start >= 0.3
+    assert waker.pending() == {}
+
+
+def test_passes_over_one_key_never_overlap_and_a_wake_during_a_pass_runs_after_it() -> None:
+    inside = threading.Event()
+    release = threading.Event()
+    calls: list[str] = []
+    overlap: list[bool] = []
+    running = threading.Lock()
+
+    def run(key: tuple[str, str]) -> None:
+        overlap.append(not running.acquire(blocking=False))
+        calls.append(key[1])
+        inside.set()
+        if len(calls) == 1:
+            release.wait(5)
+        running.release()
+
+    waker = wake.Waker(run)
+    waker.schedule(("ns", "a"))
+    assert inside.wait(5)
+    waker.schedule(("ns", "a"))  # while the first pass runs
+    time.sleep(0.2)
+    assert calls == ["a"]  # not a second pass beside the first
+    release.set()
+    wait_until(lambda: len(calls) == 2)
+    assert overlap == [False, False]
+
+
+# ------------------------------------------------------------------- which events wake
+
+
+@pytest.fixture
+def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[str, str], float]]:
+    seen: list[tuple[tuple[str, str], float]] = []
+    fresh = wake.Waker(lambda key: None)
+    monkeypatch.setattr(fresh, "schedule", lambda key, delay=0.0: seen.append((key, delay)))
+    monkeypatch.setattr(wake, "WAKER", fresh)
+    return seen
+
+
+def event(kind: str | None, obj: dict[str, Any]) -> None:
+    body = kopf.Body(obj)  # type: ignore[arg-type]
+    wake.rayjob_changed(
+        type=kind, namespace="team-a", name=obj["metadata"]["name"], meta=body.meta, body=body
+    )
+
+
+def test_a_rayjob_status_change_wakes_its_trainjob(queued: list[Any]) -> None:
+    created = rayjob()
+    wake.WAKER.saw("team-a", created)  # what the creating pass knows
+    event("ADDED", created)
+    assert queued == []  # its own creation: nothing new
+    event("MODIFIED", rayjob({"jobDeploymentStatus": "Initializing"}))
+    assert queued == [(("team-a", "digits"), 0.0)]
+
+
+def test_an_event_showing_what_the_last_pass_saw_wakes_nothing(queued: list[Any]) -> None:
+    running = rayjob({"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"})
+    wake.WAKER.saw("team-a", running)
+    event("MODIFIED", {**running, "spec": {**running["spec"], "entrypoint": "other"}})
+    assert queued == []
+    event("MODIFIED", rayjob(running["status"], deletionTimestamp="2026-11-23T10:00:00Z"))
+    assert len(queued) == 1
+
+
+def test_deletion_wakes_and_the_listing_at_start_up_does_not(queued: list[Any]) -> None:
+    event(None, rayjob({"jobDeploymentStatus": "Running"}))
+    assert queued == []
+    event("DELETED", rayjob())
+    assert queued == [(("team-a", "digits"), 0.0)]
+
+
+# ------------------------------------------------------------------- how a woken pass writes
+
+
+def test_a_woken_pass_writes_only_over_the_trainjob_it_read(
+    recorder: list[dict[str, Any]],
+) -> None:
+    patch = kopf.Patch()
+    patch.status["phase"] = "Running"
+    patch.metadata.annotations["raytrain.dev/checkpoint-requested"] = None
+    metadata = {"uid": "u-1", "resourceVersion": "41"}
+    assert wake.write("team-a", "digits", metadata, patch)
+    first, second = recorder
+    path = "/apis/raytrain.dev/v1alpha1/namespaces/team-a/trainjobs/digits"
+    assert (first["path"], first["content_type"]) == (path, "application/merge-patch+json")
+    assert first["body"] == {
+        "metadata": {
+            "uid": "u-1",
+            "resourceVersion": "41",
+            "annotations": {"raytrain.dev/checkpoint-requested": None},
+        }
+    }
+    assert second["path"] == path + "/status"
+    assert second["body"] == {"metadata": {"uid": "u-1"}, "status": {"phase": "Running"}}
+
+
+def test_a_conflict_writes_nothing_more(recorder: list[dict[str, Any]]) -> None:
+    import _fake_api
+
+    _fake_api.Recorder.patch_status = 409
+    patch = kopf.Patch()
+    patch.status["phase"] = "Running"
+    assert not wake.write("team-a", "digits", {"uid": "u-1", "resourceVersion": "41"}, patch)
+    (only,) = recorder
+    assert only["body"]["metadata"]["resourceVersion"] == "41"
