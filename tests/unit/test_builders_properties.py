@@ -51,7 +51,10 @@ FOREIGN_KEYS = (
 )
 
 dns_label = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?\Z")
-names = dns_label.filter(lambda s: len(s) <= MAX_NAME_LENGTH)
+# TrainJob names are DNS-1035 labels (they start with a letter): the API refuses others.
+names = st.from_regex(r"\A[a-z]([a-z0-9-]{0,38}[a-z0-9])?\Z").filter(
+    lambda s: len(s) <= MAX_NAME_LENGTH
+)
 plain_keys = st.from_regex(r"\A[a-z][a-z0-9]{0,10}\Z")
 label_values = st.from_regex(r"\A[a-z0-9]{0,10}\Z")
 labels = st.dictionaries(
