@@ -295,6 +295,27 @@ def make_trainer(
     )
 
 
+def report_queue() -> Any:
+    """The Ray queue that carries reports from Train's controller to this driver.
+
+    Its actor lives on the driver's own node (hard affinity, no CPU): left to the scheduler it
+    can land on a worker's node, and when that worker pod is deleted or preempted the queue dies
+    with it, so every report after Ray Train restarts the group is lost (seen on real pods: the
+    status stayed at the epoch of the fault while training went on to the end).
+    """
+    import ray
+    from ray.util.queue import Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    return Queue(
+        actor_options={
+            "num_cpus": 0,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=here, soft=False),
+        }
+    )
+
+
 def _drain(queue: Any, reporter: Reporter, stop: threading.Event) -> None:
     from ray.util.queue import Empty
 
@@ -366,9 +387,7 @@ def run_training(contract: Contract, reporter: Reporter) -> int:
         contract.storage.path,
     )
 
-    from ray.util.queue import Queue
-
-    queue = Queue()
+    queue = report_queue()
     stop = threading.Event()
     drainer = threading.Thread(target=_drain, args=(queue, reporter, stop), daemon=True)
     drainer.start()
