@@ -44,7 +44,8 @@ FENCED_PASSES = Counter(
 WAKEUPS = Counter(
     "raytrain_wakeups_total",
     "TrainJob passes queued without waiting for the resync, by cause: a RayJob event "
-    "(rayjob), a time a plan named (due), a pass that found its picture out of date (fenced).",
+    "(rayjob), a new runtime report (report), a time a plan named (due), a pass that found its "
+    "picture out of date (fenced).",
     ["cause"],
 )
 WAKE_CONFLICTS = Counter(

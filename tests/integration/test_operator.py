@@ -34,8 +34,11 @@ T_KUBERAY = 180  # KubeRay, the scheduler and KWOK bringing pods to Running
 class Operator:
     """`python -m raytrain_operator --namespace <ns>` as a child process."""
 
-    def __init__(self, cluster: KubeCluster, namespace: str, log: Path) -> None:
+    def __init__(
+        self, cluster: KubeCluster, namespace: str, log: Path, resync_seconds: float = 2
+    ) -> None:
         self.cluster, self.namespace, self.log = cluster, namespace, log
+        self.resync_seconds = resync_seconds
         self.proc: subprocess.Popen[bytes] | None = None
         self.health_port = 0
         self.metrics_port = 0
@@ -52,7 +55,7 @@ class Operator:
                     "--namespace", self.namespace,
                     "--health-port", str(self.health_port),
                     "--metrics-port", str(self.metrics_port),
-                    "--resync-seconds", "2",
+                    "--resync-seconds", str(self.resync_seconds),
                     "--checkpoint-grace-seconds", "20",
                 ],
                 env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,

@@ -152,3 +152,22 @@ def test_a_conflict_writes_nothing_more(recorder: list[dict[str, Any]]) -> None:
     assert not wake.write("team-a", "digits", {"uid": "u-1", "resourceVersion": "41"}, patch)
     (only,) = recorder
     assert only["body"]["metadata"]["resourceVersion"] == "41"
+
+
+def report_event(kind: str, trainer_status: dict[str, Any] | None) -> None:
+    wake.trainjob_changed(
+        type=kind,
+        namespace="team-a",
+        name="digits",
+        status=kopf.Body({"status": {"trainerStatus": trainer_status}}).status,
+    )
+
+
+def test_a_new_runtime_report_wakes_the_trainjob_and_our_own_status_writes_do_not(
+    queued: list[Any],
+) -> None:
+    wake.WAKER.saw_report("team-a", "digits", None)  # the last pass saw no report
+    report_event("MODIFIED", None)  # e.g. the operator's own condition update
+    assert queued == []
+    report_event("MODIFIED", {"phase": "Succeeded", "lastUpdatedTime": "2026-11-23T10:00:00Z"})
+    assert queued == [(("team-a", "digits"), 0.0)]

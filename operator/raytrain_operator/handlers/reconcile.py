@@ -254,6 +254,7 @@ def _locked_pass(
     raycluster_index: Any,
 ) -> machine.Plan:
     status: dict[str, Any] = dict(body.get("status") or {})
+    WAKER.saw_report(meta.namespace, meta.name, status.get("trainerStatus"))
     trainjob, spec_problem = parse_cached(body)
     now = machine.now_utc()
 

@@ -5,6 +5,9 @@ resync.
   the `wake-trainjob` event handler queues the TrainJob at once. An event that shows nothing the
   last pass has not seen (the ADDED event of a RayJob the operator has just created, a change
   of fields no pass reads) wakes nothing.
+- The runtime's report (`status.trainerStatus`) changes: a MODIFIED event of the TrainJob
+  whose report differs from what the last pass read queues it (kopf's change handlers react
+  to the spec only).
 - A plan says something falls due (a deadline, a checkpoint grace period, the TTL, an earlier
   attempt's RayJob being deleted): the TrainJob is queued for that moment.
 
@@ -32,6 +35,7 @@ from typing import Any, cast
 import kopf
 
 from raytrain_operator import k8s, metrics
+from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator.builders.meta import LABEL_TRAINJOB
 from raytrain_operator.k8s import RAY_GROUP, RAY_VERSION, RAYJOBS
 from raytrain_operator.status import machine
@@ -76,6 +80,8 @@ class Waker:
         #: (namespace, RayJob name) -> the fingerprint the last pass saw.
         self._seen: dict[Key, str] = {}
         self._seen_guard = threading.Lock()
+        #: (namespace, TrainJob name) -> its trainerStatus as the last pass read it.
+        self._reports: dict[Key, str] = {}
         #: kopf's indexes (rayjobs, rayclusters), as the handlers received them.
         self.indexes: tuple[Any, Any] = (None, None)
 
@@ -95,6 +101,19 @@ class Waker:
     def gone(self, namespace: str, name: str) -> None:
         with self._seen_guard:
             self._seen.pop((namespace, name), None)
+
+    def saw_report(self, namespace: str, name: str, report: Any) -> None:
+        with self._seen_guard:
+            self._reports[(namespace, name)] = json.dumps(report, sort_keys=True, default=str)
+
+    def report_news(self, namespace: str, name: str, report: Any) -> bool:
+        text = json.dumps(report, sort_keys=True, default=str)
+        with self._seen_guard:
+            return self._reports.get((namespace, name), text) != text
+
+    def forget_trainjob(self, namespace: str, name: str) -> None:
+        with self._seen_guard:
+            self._reports.pop((namespace, name), None)
 
     # ------------------------------------------------------------------------ the queue
 
@@ -251,3 +270,23 @@ def rayjob_changed(
         return
     metrics.WAKEUPS.labels(cause="rayjob").inc()
     WAKER.schedule((namespace, owner))
+
+
+def _needs_operator(status: kopf.Status, spec: kopf.Spec, meta: kopf.Meta, **_: Any) -> bool:
+    return machine.needs_operator(
+        status, spec.get("ttlSecondsAfterFinished"), meta.get("annotations") or {}
+    )
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id="wake-on-report", when=_needs_operator)
+def trainjob_changed(
+    type: str | None, namespace: str | None, name: str, status: kopf.Status, **_: Any
+) -> None:
+    """The runtime wrote a new report: the TrainJob's pass runs now (through the queue)."""
+    if namespace is None:
+        return
+    if type == "DELETED":
+        WAKER.forget_trainjob(namespace, name)
+    elif type == "MODIFIED" and WAKER.report_news(namespace, name, status.get("trainerStatus")):
+        metrics.WAKEUPS.labels(cause="report").inc()
+        WAKER.schedule((namespace, name))
