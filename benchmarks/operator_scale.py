@@ -8,11 +8,18 @@ Measures, in one run:
 - operator RSS (VmRSS of the process) once all N have their RayJob;
 - API requests per TrainJob lifecycle (create → RayJob → runtime reports Succeeded →
   Succeeded condition → delete → gone), from kube-apiserver's `apiserver_request_total`, less
-  the requests this script makes itself. The KubeRay operator is stopped for the run (default)
-  so that the count and the CPU are the operator's own; the controller-manager's few requests
-  are included, so the figure is an upper bound.
+  the requests this script makes itself. The KubeRay operator is paused (SIGSTOP) for this
+  part only, so that the count is the operator's own; the controller-manager's few requests
+  are included, so the figure is an upper bound;
+- the idle steady state once all N have their RayJob: over --idle-seconds (default 600), the
+  operator's CPU seconds, its RSS at the end, its passes/s by what started them (its own
+  /metrics), and kube-apiserver's requests/s by resource (KubeRay's included while it runs).
 
-    python benchmarks/operator_scale.py [--jobs 1000] [--nodes 500] [--keep-cluster]
+The KubeRay operator runs during the N-job part and the idle window (its Ray clusters come up
+on the KWOK nodes; there is room for one 8-GPU worker pod per node) unless --pause-kuberay.
+
+    python benchmarks/operator_scale.py [--jobs 1000] [--nodes 500] [--idle-seconds 600]
+        [--pause-kuberay] [--keep-cluster]
 
 Uses its own cluster (RAYTRAIN_CLUSTER=raytrain-bench) so tests' clusters are left alone, and
 stops it at the end unless --keep-cluster. The lifecycle count runs first, on an operator with
@@ -112,7 +119,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--lifecycle-jobs", type=int, default=50)
-    parser.add_argument("--keep-kuberay", action="store_true")
+    parser.add_argument("--idle-seconds", type=float, default=600.0)
+    parser.add_argument(
+        "--pause-kuberay",
+        action="store_true",
+        help="keep KubeRay paused (SIGSTOP) for the whole run, not only the lifecycle count",
+    )
     parser.add_argument("--keep-cluster", action="store_true")
     args = parser.parse_args()
 
@@ -123,14 +135,13 @@ def main() -> int:
     kubeconfig = cluster_up(args.nodes, env)
     print(f"cluster with {args.nodes} fake 8-GPU nodes up in {time.monotonic() - t0:.0f}s")
     state = pathlib.Path(kubeconfig).parent
-    if not args.keep_kuberay and (state / "kuberay-operator.pid").exists():
+    pid = 0
+    if (state / "kuberay-operator.pid").exists():
         pid = int((state / "kuberay-operator.pid").read_text())
         try:
-            os.kill(pid, signal.SIGSTOP)  # paused, resumed at the end
+            os.kill(pid, signal.SIGSTOP)  # paused for the lifecycle count
         except ProcessLookupError:
             pid = 0
-    else:
-        pid = 0
 
     config.load_kube_config(config_file=kubeconfig)
     api_client = client.ApiClient()
@@ -148,6 +159,7 @@ def main() -> int:
     raw_rate = args.jobs / (time.monotonic() - start)
     print(f"baseline: raw create loop {raw_rate:.1f} TrainJobs/s")
 
+    metrics_port = free_port()
     operator = subprocess.Popen(
         [
             sys.executable,
@@ -158,7 +170,7 @@ def main() -> int:
             "--bind-address",
             "127.0.0.1",
             "--metrics-port",
-            str(free_port()),
+            str(metrics_port),
             "--health-port",
             str(free_port()),
         ],
@@ -169,7 +181,12 @@ def main() -> int:
     try:
         result: dict[str, Any] = {"jobs": args.jobs, "nodes": args.nodes}
         result.update(_lifecycle(args, api_client, custom))
+        if pid and not args.pause_kuberay:
+            os.kill(pid, signal.SIGCONT)
+        result["kuberay"] = "paused" if args.pause_kuberay or not pid else "running"
         code = _measure(args, custom, operator, raw_rate, watch, result)
+        if code == 0 and args.idle_seconds > 0:
+            result.update(_idle(args, api_client, operator, metrics_port))
         print(json.dumps(result, indent=2))
         return code
     finally:
@@ -276,6 +293,78 @@ def _measure(
         }
     )
     return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process (fields 14 and 15 of /proc/PID/stat)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def requests_by_resource(api_client: Any) -> dict[str, float]:
+    response = api_client.call_api(
+        "/metrics",
+        "GET",
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+        _preload_content=False,
+    )
+    totals: dict[str, float] = {}
+    for line in response.data.decode().splitlines():
+        if line.startswith("apiserver_request_total{"):
+            match = re.search(r'resource="([^"]*)"', line)
+            resource = match.group(1) if match else ""
+            totals[resource] = totals.get(resource, 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+def passes_by_handler(port: int) -> dict[str, float]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    passes: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("raytrain_reconciles_total{"):
+            handler = re.search(r'handler="([^"]*)"', line)
+            key = handler.group(1) if handler else "?"
+            passes[key] = passes.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+        elif line.startswith("raytrain_wakeups_total{"):
+            cause = re.search(r'cause="([^"]*)"', line)
+            key = f"wakeup:{cause.group(1) if cause else '?'}"
+            passes[key] = passes.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return passes
+
+
+def _idle(
+    args: argparse.Namespace, api_client: Any, operator: subprocess.Popen[bytes], port: int
+) -> dict[str, Any]:
+    """The steady state: N TrainJobs with their RayJobs, nothing created or deleted."""
+    window = args.idle_seconds
+    cpu0, req0 = cpu_seconds(operator.pid), requests_by_resource(api_client)
+    pass0 = passes_by_handler(port)
+    start = time.monotonic()
+    time.sleep(window)
+    elapsed = time.monotonic() - start
+    cpu1, req1 = cpu_seconds(operator.pid), requests_by_resource(api_client)
+    pass1 = passes_by_handler(port)
+    rates = {
+        r: round((req1.get(r, 0.0) - req0.get(r, 0.0)) / elapsed, 2)
+        for r in sorted(set(req1) | set(req0))
+    }
+    return {
+        "idle_seconds": round(elapsed),
+        "idle_operator_cpu_s": round(cpu1 - cpu0, 1),
+        "idle_operator_cpu_share": round((cpu1 - cpu0) / elapsed, 3),
+        "idle_operator_rss_mib": round(rss_mib(operator.pid), 1),
+        "idle_apiserver_requests_per_s": round(sum(rates.values()), 2),
+        "idle_apiserver_requests_per_s_by_resource": {r: v for r, v in rates.items() if v},
+        "idle_operator_events_per_s": {
+            k: round((pass1.get(k, 0.0) - pass0.get(k, 0.0)) / elapsed, 3)
+            for k in sorted(set(pass1) | set(pass0))
+            if pass1.get(k, 0.0) != pass0.get(k, 0.0)
+        },
+    }
 
 
 def _lifecycle(args: argparse.Namespace, api_client: Any, custom: Any) -> dict[str, Any]:

@@ -70,12 +70,14 @@ def parse_cached(body: Mapping[str, Any]) -> tuple[TrainJob | None, str | None]:
     """parse(), once per uid and generation (and labels and annotations, which the builders
     copy): the spec of one generation never changes. A pass must not change the model."""
     metadata = body.get("metadata") or {}
+    # Hashes, not the strings: the key must not keep old annotations (kopf's copy of the
+    # spec among them) alive.
     key = (
         metadata.get("uid"),
         metadata.get("generation"),
         metadata.get("name"),
-        tuple(sorted((metadata.get("labels") or {}).items())),
-        tuple(sorted((metadata.get("annotations") or {}).items())),
+        hash(tuple(sorted((metadata.get("labels") or {}).items()))),
+        hash(tuple(sorted((metadata.get("annotations") or {}).items()))),
     )
     with _locks_guard:
         found = _parsed.get(key)
