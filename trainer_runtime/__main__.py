@@ -22,6 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--local", action="store_true", help="start a local Ray and show progress in the terminal"
     )
+    parser.add_argument(
+        "--torchrun",
+        action="store_true",
+        help="run the loop in this process, one of those torchrun started (no Ray actors)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -31,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     except ContractError as exc:
         print(f"trainer_runtime: {exc}", file=sys.stderr)
         return 2
+
+    if args.torchrun:
+        from trainer_runtime.torchrun import run_process
+
+        return run_process(contract)
 
     if args.local:
         from trainer_runtime.local import run_local

@@ -213,3 +213,50 @@ def test_the_command_exits_2_with_the_message(
     path.write_text("---\n")
     assert main(["run", str(path), "--local"]) == 2
     assert "raytrain run:" in capsys.readouterr().err
+
+
+# -- --torchrun ------------------------------------------------------------------------------------
+
+
+def test_torchrun_starts_one_process_per_worker_on_the_rendered_contract(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+    import subprocess
+
+    seen: dict[str, object] = {}
+
+    def fake_run(argv: list[str], env: dict[str, str], check: bool) -> object:
+        contract = argv[argv.index("--contract") + 1]
+        seen.update(argv=argv, env=env, document=json.loads(pathlib.Path(contract).read_text()))
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(local.subprocess, "run", fake_run)
+    store = tmp_path / "store"
+    assert main(["run", str(DIGITS), "--local", "--torchrun", "--storage-path", str(store)]) == 0
+    argv = seen["argv"]
+    assert isinstance(argv, list)
+    assert argv[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    assert argv[5:7] == ["-m", "trainer_runtime"] and argv[-1] == "--torchrun"
+    env = seen["env"]
+    assert isinstance(env, dict) and env["RAY_TRAIN_V2_ENABLED"] == "1"
+    document = seen["document"]
+    assert isinstance(document, dict)
+    assert document["entrypoint"] == "examples.digits.train:train_loop_per_worker"
+    assert document["torch"]["backend"] == "gloo" and document["report"]["enabled"] is False
+    err = capsys.readouterr().err
+    assert "torchrun: 2 processes" in err and "nothing resumes" in err
+
+
+def test_torchrun_refuses_datasets_in_more_than_one_process(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = DIGITS_PVC.read_text() + ("  datasets:\n    train:\n      uri: /data/train.parquet\n")
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    monkeypatch.setattr(local.subprocess, "run", lambda *a, **k: pytest.fail("started"))
+    args = ["run", str(path), "--local", "--torchrun", "--storage-path", str(tmp_path / "s")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "raytrain run --torchrun: spec.datasets ('train')" in err
+    assert "pass --workers 1, or drop --torchrun" in err

@@ -71,6 +71,12 @@ def build_parser(prog: str = "raytrain") -> argparse.ArgumentParser:
         action="store_true",
         help="start a new run instead of resuming this job's latest local checkpoint",
     )
+    run.add_argument(
+        "--torchrun",
+        action="store_true",
+        help="run the loop in one process per worker under torchrun, no Ray actors "
+        "(Ray Train's local mode, for debugging; no checkpoints are kept)",
+    )
     run.add_argument("--quiet", action="store_true", help="no live progress bar")
     run.add_argument(
         "--ray-logs",

@@ -5,7 +5,8 @@ the pods, then adjusted for one machine: CPU workers (a GPU request is dropped w
 checkpoints in a local directory or on an S3 endpoint, progress on the console instead of the
 TrainJob's status. The run name is derived from the manifest's namespace and name, so running
 the same manifest again resumes from its latest checkpoint; `--new-run` starts over in a new run
-(the old run's checkpoints stay where they are).
+(the old run's checkpoints stay where they are). `--torchrun` runs the loop in one process per
+worker under torchrun instead, with no Ray actors (Ray Train's local mode, for debugging).
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import json
 import os
 import pathlib
+import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -251,6 +255,8 @@ def run_local_command(args: argparse.Namespace) -> int:
     except ContractError as exc:
         print(f"raytrain run: {exc}", file=err)
         return 2
+    if getattr(args, "torchrun", False):
+        return run_torchrun(document, contract, meta, notes, env, quiet=args.quiet)
     where = storage["path"] + (f" at {storage['endpoint']}" if storage.get("endpoint") else "")
     if not args.quiet:
         print(f"TrainJob {meta.namespace}/{meta.name}: run {contract.run_name}", file=err)
@@ -259,3 +265,41 @@ def run_local_command(args: argparse.Namespace) -> int:
             print(f"  note: {note}", file=err)
     with _environment(env):
         return run_local(contract, display=not args.quiet, ray_logs=args.ray_logs)
+
+
+def run_torchrun(
+    document: dict[str, Any],
+    contract: Any,
+    meta: Meta,
+    notes: list[str],
+    env: Mapping[str, str],
+    *,
+    quiet: bool,
+) -> int:
+    """The contract's loop in one process per worker under torchrun, no Ray actors (--torchrun)."""
+    from trainer_runtime.torchrun import TorchrunError, check, processes, torchrun_argv
+
+    err = sys.stderr
+    nproc = processes(contract)
+    try:
+        check(contract, nproc)
+    except TorchrunError as exc:
+        print(f"raytrain run --torchrun: {exc}", file=err)
+        return 2
+    if not quiet:
+        print(f"TrainJob {meta.namespace}/{meta.name}: run {contract.run_name}", file=err)
+        print(f"  torchrun: {nproc} processes, Ray Train local mode", file=err)
+        print(
+            "  note: checkpoints stay in the processes; nothing is saved, nothing resumes", file=err
+        )
+        for note in notes:
+            print(f"  note: {note}", file=err)
+    with tempfile.TemporaryDirectory(prefix="raytrain-torchrun-") as tmp:
+        path = pathlib.Path(tmp) / "contract.json"
+        path.write_text(json.dumps(document), encoding="utf-8")
+        child_env = {**os.environ, **env, "RAY_TRAIN_V2_ENABLED": "1"}
+        try:
+            proc = subprocess.run(torchrun_argv(str(path), nproc), env=child_env, check=False)
+        except KeyboardInterrupt:
+            return 130
+    return proc.returncode
