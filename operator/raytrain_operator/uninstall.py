@@ -1,7 +1,8 @@
 """`python -m raytrain_operator.uninstall`: the chart's pre-delete hook.
 
-kopf puts its finalizer on every TrainJob; once the operator is gone nothing removes it, and
-deleting a TrainJob (or its namespace) hangs. Before Helm deletes the release, this leaves no
+kopf's finalizer is on every TrainJob the operator still has work on (not finished, or a TTL
+clean-up pending; finished ones carry none); once the operator is gone nothing removes it, and
+deleting such a TrainJob (or its namespace) hangs. Before Helm deletes the release, this leaves no
 TrainJob holding our finalizer, in one of two modes (env `TRAINJOBS`):
 
 - `removeFinalizers`: strip the finalizer; the TrainJobs and their RayJobs keep running.
