@@ -165,9 +165,9 @@ def test_csv_not_split_reaches_every_worker_whole_when_workers_hold_every_cpu(
     out = tmp_path / "seen"
     out.mkdir()
     doc = contract_doc(make_doc, {"uri": str(data), "format": "csv", "split": False}, out,
-                       tmp_path / "store")  # fmt: skip
+                       tmp_path / "store", epochs=1)  # fmt: skip
     run(doc)
-    assert_whole(out, range(2))
+    assert_whole(out, range(1))
 
 
 @pytest.mark.timeout(240)
@@ -179,7 +179,7 @@ def test_csv_split_then_a_stopped_run_resumes_after_its_checkpoint(
     out = tmp_path / "seen"
     out.mkdir()
     data_spec = {"uri": str(data), "format": "csv", "split": True}
-    doc = contract_doc(make_doc, data_spec, out, tmp_path / "store", epochs=3, stop_after_epoch=0)
+    doc = contract_doc(make_doc, data_spec, out, tmp_path / "store", epochs=2, stop_after_epoch=0)
     first = run(doc)
     assert start_epochs(first) == [0]
     assert_split(out, range(1))
@@ -188,8 +188,8 @@ def test_csv_split_then_a_stopped_run_resumes_after_its_checkpoint(
     # The same run again, no stop: it continues after the checkpoint of epoch 0.
     doc2 = {**doc, "attempt": 1, "config": {**doc["config"], "stop_after_epoch": None}}
     again = run(doc2)
-    assert start_epochs(again) == [1, 1]
-    assert_split(out, range(1, 3))
+    assert start_epochs(again) == [1]
+    assert_split(out, range(1, 2))
 
 
 @pytest.mark.timeout(240)
@@ -205,10 +205,10 @@ def test_parquet_on_s3_split_across_two_workers(s3_env: Any, make_doc: Any, tmp_
     storage = {"type": "s3", "path": f"s3://{s3_env.bucket}/runs-{prefix}",
                "endpoint": s3_env.endpoint, "region": "us-east-1"}  # fmt: skip
     doc = contract_doc(make_doc, {"uri": f"s3://{s3_env.bucket}/{prefix}", "format": "parquet"},
-                       out, tmp_path / "unused")  # fmt: skip
+                       out, tmp_path / "unused", epochs=1)  # fmt: skip
     doc["storage"] = storage
     run(doc)
-    assert_split(out, range(2))
+    assert_split(out, range(1))
 
 
 @pytest.mark.timeout(240)
@@ -223,7 +223,8 @@ def test_the_driver_names_the_resources_a_starved_read_waits_for(
     data = write_table(tmp_path / "table", "parquet")
     out = tmp_path / "seen"
     out.mkdir()
-    doc = contract_doc(make_doc, {"uri": str(data), "format": "parquet"}, out, tmp_path / "store")
+    doc = contract_doc(make_doc, {"uri": str(data), "format": "parquet"}, out, tmp_path / "store",
+                       epochs=1)  # fmt: skip
     doc["scaling"]["numWorkers"] = 1
 
     @ray.remote(num_cpus=1)
@@ -249,4 +250,4 @@ def test_the_driver_names_the_resources_a_starved_read_waits_for(
     assert warnings, "no wait warning"
     assert "1 x {CPU: 1}" in warnings[0]
     assert "0 of 2 CPUs free" in warnings[0] and "'train'" in warnings[0]
-    assert_whole(out, range(2), workers=1)
+    assert_whole(out, range(1), workers=1)
