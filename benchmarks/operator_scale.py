@@ -267,6 +267,7 @@ def _measure(
 
     threading.Thread(target=watch_rayjobs, daemon=True).start()
     time.sleep(1.0)  # let the watch start before the first create
+    cpu_start = cpu_seconds(operator.pid)
     start = time.monotonic()
     for i in range(args.jobs):
         name = f"job-{i}"
@@ -279,6 +280,7 @@ def _measure(
     elapsed = max(seen.values()) - start
     latencies = [seen[n] - created[n] for n in created if n in seen]
     rss = rss_mib(operator.pid)
+    cpu = cpu_seconds(operator.pid) - cpu_start
     rate = args.jobs / elapsed
     result.update(
         {
@@ -290,6 +292,10 @@ def _measure(
             "latency_p50_s": round(statistics.median(latencies), 3),
             "latency_p99_s": round(percentile(latencies, 0.99), 3),
             "operator_rss_mib": round(rss, 1),
+            # The operator's own CPU per TrainJob taken to its RayJob: what the load of the
+            # machine does not change much, unlike the latencies.
+            "operator_cpu_ms_per_trainjob": round(1000 * cpu / args.jobs, 1),
+            "load_avg_1m_at_end": round(os.getloadavg()[0], 1),
         }
     )
     return 0

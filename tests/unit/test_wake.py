@@ -171,3 +171,22 @@ def test_a_new_runtime_report_wakes_the_trainjob_and_our_own_status_writes_do_no
     assert queued == []
     report_event("MODIFIED", {"phase": "Succeeded", "lastUpdatedTime": "2026-11-23T10:00:00Z"})
     assert queued == [(("team-a", "digits"), 0.0)]
+
+
+def test_a_starting_cluster_is_looked_at_once_when_due_then_with_the_resync() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from raytrain_operator.handlers import reconcile
+
+    now = datetime(2026, 11, 23, 10, 0, 0, tzinfo=timezone.utc)
+
+    def started(seconds_ago: float, deployment: str = "Initializing") -> dict[str, Any]:
+        when = (now - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return rayjob({"jobDeploymentStatus": deployment, "startTime": when})
+
+    look = reconcile._first_unschedulable_look
+    assert look(started(3), now) == pytest.approx(7.5)
+    assert look(started(11), now) is None  # the first look is done: the resync repeats it
+    assert look(started(3, "Running"), now) is None
+    assert look(rayjob({"jobDeploymentStatus": "Initializing"}), now) is None
+    assert look(None, now) is None

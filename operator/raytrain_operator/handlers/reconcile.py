@@ -191,9 +191,15 @@ def cluster_problem(
     return None
 
 
-def _starting(rayjob: Mapping[str, Any]) -> bool:
-    status = rayjob.get("status") or {}
-    return bool(status.get("startTime")) and status.get("jobDeploymentStatus") == "Initializing"
+def _first_unschedulable_look(rayjob: Mapping[str, Any] | None, now: datetime) -> float | None:
+    """Seconds until a starting cluster's pods are first looked at, or None (not starting, or
+    looked at already)."""
+    status = (rayjob or {}).get("status") or {}
+    started = parse_rfc3339(status.get("startTime"))
+    if started is None or status.get("jobDeploymentStatus") != "Initializing":
+        return None
+    left = UNSCHEDULABLE_CHECK_AFTER_SECONDS - (now - started).total_seconds()
+    return left + 0.5 if left > -0.5 else None
 
 
 def with_cluster_workers(rayjob: dict[str, Any], index: Any) -> dict[str, Any]:
@@ -328,9 +334,11 @@ def _locked_pass(
         else:
             kopf.info(body, reason=t.reason, message=message)
     due = plan.recheck_after
-    if rayjob is not None and trouble is None and _starting(rayjob):
-        # Nothing announces a pod the scheduler cannot place: look again a little later.
-        due = min(due or UNSCHEDULABLE_CHECK_AFTER_SECONDS, UNSCHEDULABLE_CHECK_AFTER_SECONDS)
+    first_look = _first_unschedulable_look(rayjob, now) if trouble is None else None
+    if first_look is not None:
+        # Nothing announces a pod the scheduler cannot place: the first look is woken when
+        # due; later ones come with the resync (each lists the job's pods).
+        due = first_look if due is None else min(due, first_look)
     if due is not None and due < CONFIG.resync_seconds:
         logger.debug(f"Next deadline, grace period or TTL due in {due:.0f} s.")
         metrics.WAKEUPS.labels(cause="due").inc()
