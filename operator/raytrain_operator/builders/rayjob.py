@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from typing import Any
 
 from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_operator.builders import quantities
 from raytrain_operator.builders.meta import (
     ANNOTATION_GENERATION,
     ANNOTATION_SPEC_HASH,
@@ -31,6 +34,7 @@ from raytrain_operator.builders.pods import (
     build_submitter_template,
     container_security_context,
     custom_group_resources,
+    worker_resources,
 )
 
 RAYJOB_API_VERSION = "ray.io/v1"
@@ -38,6 +42,19 @@ ENTRYPOINT = "python -m trainer_runtime"
 #: KubeRay keeps the finished cluster this long (logs, dashboard) before deleting it.
 RAYJOB_TTL_SECONDS = 60
 HEAD_START_PARAMS = {"num-cpus": "0", "dashboard-host": "0.0.0.0"}
+# Ray's token authentication (RAY_AUTH_MODE=token) exists from Ray 2.52. With KubeRay's
+# authOptions KubeRay makes a random token per cluster in a Secret of its own and gives it to
+# every Ray container and the submitter: the dashboard, the job API and the GCS then refuse
+# requests without it, so another pod that can reach the head cannot submit code to it.
+TOKEN_AUTH_MIN_RAY = (2, 52)
+
+
+def ray_token_auth(ray_version: str) -> bool:
+    """Whether the image's Ray (spec.rayVersion, `MAJOR.MINOR...` by the schema) has token auth."""
+    found = re.match(r"(\d+)\.(\d+)", ray_version)
+    return found is not None and (int(found[1]), int(found[2])) >= TOKEN_AUTH_MIN_RAY
+
+
 #: Per-field hashes of the spec a RayJob was built from (JSON: spec key -> hash): a spec change
 #: that waits for the next attempt is reported by field name.
 ANNOTATION_FIELD_HASHES = "raytrain.dev/spec-field-hashes"
@@ -122,6 +139,20 @@ def worker_replicas(trainjob: TrainJob) -> tuple[int, int, int]:
     return low, low, high
 
 
+def worker_start_params(trainjob: TrainJob) -> dict[str, str]:
+    """rayStartParams of the worker group.
+
+    With spec.datasets a worker Ray node advertises one CPU more than its pod's CPU (rounded up,
+    as KubeRay rounds it): Ray Train's workers take the pod's CPUs, and Ray Data's read and map
+    tasks, which ask for a CPU each, would otherwise never be scheduled (the head runs with no
+    CPU). The extra tasks share the pod's cores with training.
+    """
+    if not trainjob.spec.datasets:
+        return {}
+    cpu = quantities.parse(worker_resources(trainjob.spec)["requests"]["cpu"], "cpu")
+    return {"num-cpus": str(math.ceil(cpu) + 1)}
+
+
 def autoscaling_enabled(trainjob: TrainJob) -> bool:
     scaling = trainjob.spec.scaling
     return scaling.num_workers is None and not trainjob.spec.queue_name
@@ -146,7 +177,7 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
         "replicas": replicas,
         "minReplicas": min_replicas,
         "maxReplicas": max_replicas,
-        "rayStartParams": {},
+        "rayStartParams": worker_start_params(trainjob),
         "template": _with_identity(
             build_pod_template(spec, meta, attempt, "worker", spec.worker_template),
             metadata["name"],
@@ -170,6 +201,8 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
         },
         "workerGroupSpecs": [worker_group],
     }
+    if ray_token_auth(spec.ray_version):
+        cluster["authOptions"] = {"mode": "token"}
     if cluster["enableInTreeAutoscaling"]:
         # KubeRay adds the autoscaler container to the head pod with no securityContext of its
         # own; the pod would fail the restricted Pod Security Standard without this one.
