@@ -143,8 +143,8 @@ def main() -> None:
                 (ou, od), (bu, bd) = ours(r), boto(r)
             else:
                 (bu, bd), (ou, od) = boto(r), ours(r)
-            for k, v in zip(results, (ou, od, bu, bd), strict=True):
-                results[k].append(v)
+            for k, took in zip(results, (ou, od, bu, bd), strict=True):
+                results[k].append(took)
             order = "ours, boto3" if first_ours else "boto3, ours"
             print(f"{r + 1:>3} {order:14} {load1:5.2f} {ou:8.2f} {od:9.2f} {bu:8.2f} "
                   f"{bd:10.2f}", flush=True)  # fmt: skip

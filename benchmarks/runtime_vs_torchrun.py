@@ -261,8 +261,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-rt-"))
     try:
         for i in range(args.runs):
-            for arm in (run_runtime, run_torchrun):
-                r = arm(args.epochs, args.samples, work, i)
+            for measure in (run_runtime, run_torchrun):
+                r = measure(args.epochs, args.samples, work, i)
                 runs.append(r)
                 print(f"{i + 1:>3} {r.arm:8} {r.load_before:5.2f} {r.end_to_end:12.2f} "
                       f"{r.driver_period():14.3f} {r.loop_median():12.3f}", flush=True)  # fmt: skip
