@@ -117,7 +117,9 @@ class TrainJobCollector(Collector):
         yield conditions
 
 
-_collectors: dict[int, TrainJobCollector] = {}
+#: id(registry) -> (registry, its collector). The registry is kept too: an id alone can be
+#: reused by a new registry once the old one is gone, which then has no such collector.
+_collectors: dict[int, tuple[CollectorRegistry, TrainJobCollector]] = {}
 
 
 def watch_trainjobs(
@@ -126,11 +128,11 @@ def watch_trainjobs(
     """Serve the TrainJob gauges from `states`; a second call (an operator restarted in the
     same process, as in tests) replaces the first."""
     old = _collectors.pop(id(registry), None)
-    if old is not None:
-        registry.unregister(old)
+    if old is not None and old[0] is registry:
+        registry.unregister(old[1])
     collector = TrainJobCollector(states)
     registry.register(collector)
-    _collectors[id(registry)] = collector
+    _collectors[id(registry)] = (registry, collector)
     return collector
 
 
