@@ -123,5 +123,8 @@ def test_0_1_0_operator_documents_parse_and_render_back_unchanged(path: Path) ->
 
 
 def test_every_released_document_is_covered() -> None:
+    # The 0.1.0 documents are frozen: each still has its example (so the forward test above
+    # renders it with today's operator); an example added since has no 0.1.0 document.
     names = {d["metadata"]["name"] for d in _trainjobs()}
-    assert {p.stem for p in RELEASED.glob("*.json")} == names
+    released = {p.stem for p in RELEASED.glob("*.json")}
+    assert released <= names, released - names
