@@ -224,6 +224,10 @@ def install_chart(cluster: KubeCluster, images: Images) -> None:
             "--wait",
             "--timeout",
             "5m",
+            # The CRD's fields belong to cluster.sh's server-side apply (field manager
+            # raytrain-cluster) until the chart takes them; when crds/ changed since the cluster
+            # came up, helm's apply conflicts with that manager, and the chart's copy must win.
+            "--force-conflicts",
         ],
         env=cluster.env,
         capture_output=True,
