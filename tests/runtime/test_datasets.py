@@ -237,8 +237,9 @@ def test_the_driver_names_the_resources_a_starved_read_waits_for(
 
     def release_when_warned() -> None:
         deadline = time.monotonic() + 150
+        pause = threading.Event()  # never set: an interruptible wait between checks
         while time.monotonic() < deadline and not warned(caplog):
-            time.sleep(0.5)
+            pause.wait(0.5)
         ray.kill(hog)
 
     caplog.set_level(logging.WARNING, logger="trainer_runtime")

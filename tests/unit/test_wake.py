@@ -26,9 +26,10 @@ def rayjob(status: dict[str, Any] | None = None, **metadata: Any) -> dict[str, A
 
 def wait_until(check: Any, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
+    pause = threading.Event()  # never set: an interruptible wait between checks
     while not check():
         assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+        pause.wait(0.01)
 
 
 # ------------------------------------------------------------------------------- the queue
@@ -50,6 +51,7 @@ def test_a_key_runs_when_due_and_an_earlier_schedule_wins() -> None:
 
 def test_passes_over_one_key_never_overlap_and_a_wake_during_a_pass_runs_after_it() -> None:
     inside = threading.Event()
+    second = threading.Event()
     release = threading.Event()
     calls: list[str] = []
     overlap: list[bool] = []
@@ -59,6 +61,8 @@ def test_passes_over_one_key_never_overlap_and_a_wake_during_a_pass_runs_after_i
         overlap.append(not running.acquire(blocking=False))
         calls.append(key[1])
         inside.set()
+        if len(calls) == 2:
+            second.set()
         if len(calls) == 1:
             release.wait(5)
         running.release()
@@ -67,8 +71,8 @@ def test_passes_over_one_key_never_overlap_and_a_wake_during_a_pass_runs_after_i
     waker.schedule(("ns", "a"))
     assert inside.wait(5)
     waker.schedule(("ns", "a"))  # while the first pass runs
-    time.sleep(0.2)
-    assert calls == ["a"]  # not a second pass beside the first
+    assert not second.wait(0.2)  # no second pass begins beside the first
+    assert calls == ["a"]
     release.set()
     wait_until(lambda: len(calls) == 2)
     assert overlap == [False, False]
