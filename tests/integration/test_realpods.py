@@ -195,12 +195,25 @@ def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespac
     assert f"run {run_name} finished" in logs.stdout, logs.stdout[-3000:]
 
 
-def _record(fault: str, **numbers: Any) -> None:
-    """Append one fault's measurements to $RAYTRAIN_FAULT_RECORD (benchmarks/realpod_faults.py)."""
+def _record(fault: str, at_epoch: int, resumed_at: int, seconds: float, new_rayjob: bool) -> None:
+    """Append one fault's measurements to $RAYTRAIN_FAULT_RECORD (benchmarks/realpod_faults.py).
+
+    ``at_epoch`` is the last epoch reported when the fault was injected; digits checkpoints
+    every epoch, so the checkpoint interval is one epoch.
+    """
     path = os.environ.get("RAYTRAIN_FAULT_RECORD")
     if path:
+        numbers = {
+            "fault": fault,
+            "reported_epoch_at_fault": at_epoch,
+            "resumed_at_epoch": resumed_at,
+            "epochs_redone": max(0, at_epoch + 1 - resumed_at),
+            "checkpoint_interval_epochs": 1,
+            "seconds_to_first_resumed_report": round(seconds, 1),
+            "new_rayjob": new_rayjob,
+        }
         with open(path, "a") as out:
-            out.write(json.dumps({"fault": fault, **numbers}) + "\n")
+            out.write(json.dumps(numbers) + "\n")
 
 
 def _start_epoch(tj: dict[str, Any]) -> int:
@@ -268,15 +281,7 @@ def test_a_deleted_worker_pod_resumes_from_the_latest_checkpoint(
     # At most the epoch in flight is redone: the run resumes after the last reported epoch
     # (every epoch is checkpointed), not from an earlier one.
     assert resumed_at >= before + 1, (before, resumed_at)
-    _record(
-        "worker pod deleted",
-        reported_epoch_at_fault=before,
-        resumed_at_epoch=resumed_at,
-        epochs_redone=max(0, before + 1 - resumed_at),
-        checkpoint_interval_epochs=1,
-        seconds_to_first_resumed_report=round(seconds, 1),
-        new_rayjob=False,
-    )
+    _record("worker pod deleted", before, resumed_at, seconds, new_rayjob=False)
 
     done = wait_condition(cluster, namespace, "worker-kill", "Succeeded", TRAIN_TIMEOUT)
     # Ray Train restarted the worker group inside the same cluster (failure.maxFailures), so no
@@ -309,15 +314,7 @@ def test_a_deleted_head_pod_retries_and_continues_from_the_latest_checkpoint(
         real_world, namespace, "head-kill", faulted_at, START_TIMEOUT + TRAIN_TIMEOUT
     )
     assert resumed_at >= before + 1, (before, resumed_at)
-    _record(
-        "head pod deleted",
-        reported_epoch_at_fault=before,
-        resumed_at_epoch=resumed_at,
-        epochs_redone=max(0, before + 1 - resumed_at),
-        checkpoint_interval_epochs=1,
-        seconds_to_first_resumed_report=round(seconds, 1),
-        new_rayjob=True,
-    )
+    _record("head pod deleted", before, resumed_at, seconds, new_rayjob=True)
 
     done = wait_condition(
         cluster, namespace, "head-kill", "Succeeded", START_TIMEOUT + TRAIN_TIMEOUT
@@ -362,15 +359,7 @@ def test_suspend_takes_a_checkpoint_removes_the_pods_and_resume_continues(
     )
     # The suspend's checkpoint is the last epoch reported before the pods went.
     assert resumed_at == resumed_from + 1, (resumed_from, resumed_at)
-    _record(
-        "suspend, then resume",
-        reported_epoch_at_fault=resumed_from,
-        resumed_at_epoch=resumed_at,
-        epochs_redone=max(0, resumed_from + 1 - resumed_at),
-        checkpoint_interval_epochs=1,
-        seconds_to_first_resumed_report=round(seconds, 1),
-        new_rayjob=True,
-    )
+    _record("suspend, then resume", resumed_from, resumed_at, seconds, new_rayjob=True)
     done = wait_condition(cluster, namespace, "pause", "Succeeded", START_TIMEOUT + TRAIN_TIMEOUT)
     assert done["status"]["trainerStatus"]["epoch"] == FAULT_EPOCHS - 1
     assert int(float(_metric(done, "start_epoch") or 0)) >= 1
