@@ -357,8 +357,11 @@ def test_suspend_takes_a_checkpoint_removes_the_pods_and_resume_continues(
     seconds, resumed_at = _watch_resume(
         real_world, namespace, "pause", faulted_at, START_TIMEOUT + TRAIN_TIMEOUT
     )
-    # The suspend's checkpoint is the last epoch reported before the pods went.
-    assert resumed_at == resumed_from + 1, (resumed_from, resumed_at)
+    # Nothing reported is redone: the run resumes after the last epoch the status showed. It
+    # may resume later still: digits checkpoints every epoch, and an epoch that ended between
+    # the handshake's answer and the pods' removal is on storage before its report (throttled)
+    # reached the status. That checkpoint is the newest, so the run rightly goes on from it.
+    assert resumed_at >= resumed_from + 1, (resumed_from, resumed_at)
     _record("suspend, then resume", resumed_from, resumed_at, seconds, new_rayjob=True)
     done = wait_condition(cluster, namespace, "pause", "Succeeded", START_TIMEOUT + TRAIN_TIMEOUT)
     assert done["status"]["trainerStatus"]["epoch"] == FAULT_EPOCHS - 1
