@@ -52,6 +52,12 @@ WAKE_CONFLICTS = Counter(
     "raytrain_wake_conflicts_total",
     "Woken passes that wrote nothing because the TrainJob changed after they read it.",
 )
+ATTEMPT_FAILURES = Counter(
+    "raytrain_attempt_failures_total",
+    "Failed attempts of a TrainJob, by their class (OOMKilled, ImagePullFailed, Unschedulable, "
+    "NodeLost, UserException, CollectiveTimeout, Unknown; docs/failures.md).",
+    ["namespace", "trainjob", "reason"],
+)
 RAYJOB_CREATION_SECONDS = Histogram(
     "raytrain_rayjob_creation_latency_seconds",
     "From the TrainJob's creationTimestamp to the creation of its first RayJob.",

@@ -190,7 +190,7 @@ def test_runtime_failure_without_retries_fails() -> None:
     p = run(status=st, rj=rayjob(deployment="Running"))
     assert p.phase == "Failed"
     failed = cond(p, "Failed")
-    assert failed["reason"] == "TrainingFailed" and "CUDA OOM" in failed["message"]
+    assert failed["reason"] == "Unknown" and "CUDA OOM" in failed["message"]
     assert p.actions == []
 
 

@@ -29,7 +29,7 @@ from raytrain_operator.builders.rbac import build_rbac
 from raytrain_operator.handlers import apply, preflight
 from raytrain_operator.handlers.wake import WAKER
 from raytrain_operator.settings import CONFIG
-from raytrain_operator.status import conditions, machine
+from raytrain_operator.status import conditions, machine, triage
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -191,6 +191,34 @@ def cluster_problem(
     return None
 
 
+def attempt_evidence(
+    rayjob: Mapping[str, Any], index: Any, meta: Meta, attempt: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The Ray pods of a failed attempt (the builders' labels: TrainJob and attempt) and its
+    RayCluster's ReplicaFailure as an Event, for the failure's classification. Read only when
+    the attempt failed; no pods when the operator may not list them."""
+    global _pods_forbidden_until
+    rj_name = (rayjob.get("metadata") or {}).get("name")
+    events = triage.replica_failure_events(list((index or {}).get((meta.namespace, rj_name), ())))
+    if time.monotonic() < _pods_forbidden_until:
+        return [], events
+    pods = k8s.list_pods(meta.namespace, f"{LABEL_TRAINJOB}={meta.name},{LABEL_ATTEMPT}={attempt}")
+    if pods is None:
+        _pods_forbidden_until = time.monotonic() + PODS_FORBIDDEN_RETRY_SECONDS
+        return [], events
+    return pods, events
+
+
+def announce_failure(body: Any, meta: Meta, attempt: int, found: triage.Triage) -> None:
+    """One Event (reason: the class) and one count per failed attempt."""
+    kind = "infrastructure" if found.infrastructure else "workload"
+    message = f"attempt {attempt} failed ({kind}): {found.message}"
+    kopf.warn(body, reason=found.reason, message=message[: conditions.MAX_MESSAGE])
+    metrics.ATTEMPT_FAILURES.labels(
+        namespace=meta.namespace, trainjob=meta.name, reason=found.reason
+    ).inc()
+
+
 def _first_unschedulable_look(rayjob: Mapping[str, Any] | None, now: datetime) -> float | None:
     """Seconds until a starting cluster's pods are first looked at, or None (not starting, or
     looked at already)."""
@@ -271,6 +299,9 @@ def _locked_pass(
     older: dict[str, bool] = {}
     highest: int | None = None
     trouble = None
+    attempt = 0
+    pods: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
     if not machine.is_terminal(status) and trainjob is not None and spec_problem is None:
         owned = owned_rayjobs(rayjob_index, meta)
         attempts = [a for r in owned if (a := machine.attempt_of(r)) is not None]
@@ -286,6 +317,8 @@ def _locked_pass(
         if rayjob is not None:
             rayjob = with_cluster_workers(rayjob, raycluster_index)
             trouble = cluster_problem(rayjob, raycluster_index, meta, attempt, now)
+            if machine.attempt_failed(status, rayjob, attempt):
+                pods, events = attempt_evidence(rayjob, raycluster_index, meta, attempt)
         if machine.needs_preflight(status, rayjob) and not older:
             problem = preflight.check(trainjob, meta)
 
@@ -300,6 +333,8 @@ def _locked_pass(
         preflight_problem=problem,
         spec_problem=spec_problem,
         cluster_problem=trouble,
+        attempt_pods=pods,
+        attempt_events=events,
         checkpoint_grace_seconds=CONFIG.checkpoint_grace_seconds,
     )
     plan = machine.plan(observation)
@@ -327,6 +362,8 @@ def _locked_pass(
     for key, value in plan.status.items():
         if status.get(key) != value:
             patch.status[key] = value
+    if plan.attempt_failure is not None:
+        announce_failure(body, meta, attempt, plan.attempt_failure)
     for t in plan.transitions:
         message = f"{t.type} is {t.status}" + (f": {t.message}" if t.message else "")
         if t.is_warning:

@@ -13,7 +13,7 @@ the RayJob's status decides it only when the runtime died without reporting.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -35,6 +35,7 @@ from raytrain_operator.builders.rayjob import (
     spec_hash,
 )
 from raytrain_operator.status import conditions as c
+from raytrain_operator.status import triage
 from raytrain_operator.status.conditions import Desired, Transition
 
 #: Annotation on the TrainJob once its children were removed after the TTL.
@@ -114,6 +115,10 @@ class Observation:
     rejected: tuple[str, str] | None = None
     #: Why the Ray cluster lacks pods (KubeRay's ReplicaFailure, Unschedulable pods), or None.
     cluster_problem: tuple[str, str] | None = None
+    #: The Ray pods of the current attempt, read when it failed (`attempt_failed`), else ().
+    attempt_pods: Sequence[Mapping[str, Any]] = ()
+    #: Events about the attempt's children (a RayCluster's ReplicaFailure among them), or ().
+    attempt_events: Sequence[Mapping[str, Any]] = ()
     checkpoint_grace_seconds: float = CHECKPOINT_GRACE_SECONDS
 
 
@@ -125,6 +130,9 @@ class Plan:
     #: Seconds after which something is due (a grace period, a deadline, the TTL), or None.
     #: The resync timer bounds how late it is acted on; handlers log it.
     recheck_after: float | None = None
+    #: Why the current attempt failed, when this pass found it failed (one Event and one count
+    #: of raytrain_attempt_failures_total each), else None.
+    attempt_failure: triage.Triage | None = None
 
     @property
     def phase(self) -> str:
@@ -213,6 +221,7 @@ class _Builder:
         self.recheck: float | None = None
         #: A spec change the running attempt does not carry (the message), or None.
         self.pending: str | None = None
+        self.failure: triage.Triage | None = None
 
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.conds[type_] = Desired(status, reason, message)
@@ -252,7 +261,7 @@ class _Builder:
         self.status["phase"] = phase
         if observed >= 1:
             self.status["observedGeneration"] = observed
-        return Plan(self.status, self.actions, transitions, self.recheck)
+        return Plan(self.status, self.actions, transitions, self.recheck, self.failure)
 
 
 def plan(obs: Observation) -> Plan:
@@ -391,7 +400,14 @@ def plan(obs: Observation) -> Plan:
             f"{job_status or '-'}: {detail}",
         )
     if failure is not None:
-        return _attempt_failed(b, tj, attempt, restarts, failure)
+        evidence = triage.Evidence(
+            rayjob_status=rj_status,
+            pods=obs.attempt_pods,
+            events=obs.attempt_events,
+            report=report,
+            worker_memory=_worker_memory(tj),
+        )
+        return _attempt_failed(b, tj, attempt, restarts, failure, triage.classify(evidence))
 
     # --- suspend and resume
     if spec.suspend:
@@ -594,18 +610,64 @@ def _checkpointing(b: _Builder, left: float) -> Plan:
     return b.finish(RUNNING)
 
 
+def attempt_failed(
+    status: Mapping[str, Any], rayjob: Mapping[str, Any] | None, attempt: int
+) -> bool:
+    """Whether this attempt's outcome is a failure `plan` hands to `_attempt_failed` (the
+    handlers then read the attempt's pods for the classification)."""
+    if rayjob is None or is_terminal(status):
+        return False
+    rj_status = rayjob.get("status") or {}
+    deployment = str(rj_status.get("jobDeploymentStatus") or "")
+    job_status = str(rj_status.get("jobStatus") or "")
+    if deployment == "ValidationFailed":
+        return False
+    phase, _ = _trainer_phase(_report(status, attempt, _cluster_start(rj_status)))
+    if phase == SUCCEEDED or (phase is None and job_status == "SUCCEEDED"):
+        return False
+    return phase == FAILED or deployment == "Failed" or job_status in ("FAILED", "STOPPED")
+
+
+def _worker_memory(tj: TrainJob) -> str | None:
+    resources = tj.spec.scaling.resources_per_worker
+    memory = resources.memory if resources is not None else None
+    return str(memory) if memory is not None else None
+
+
 def _attempt_failed(
-    b: _Builder, tj: TrainJob, attempt: int, restarts: int, failure: tuple[str, str]
+    b: _Builder,
+    tj: TrainJob,
+    attempt: int,
+    restarts: int,
+    failure: tuple[str, str],
+    found: triage.Triage,
 ) -> Plan:
-    reason, message = failure
+    """An attempt failed: its class decides the reason and whether to retry at all (the default
+    policy: a user exception or an OOMKilled container fails at once, spending no retry)."""
+    b.failure = found
+    said = failure[1]
+    what = found.message
+    if found.failure_class is triage.FailureClass.UNKNOWN:
+        what = f"{said}; {triage.UNKNOWN_HINT}"
+    elif found.pod is not None and said:
+        # The class came from the pods: keep what the runtime or KubeRay said beside it.
+        what += f" (then: {said})"
     limit = tj.spec.backoff_limit
+    retry = triage.retry_decision(
+        found.failure_class, found.exit_code, triage.DEFAULT_POLICY, permanent=found.permanent
+    )
+    if not retry:
+        advice = triage.advice(found, retried=False)
+        if limit > 0 and restarts < limit:
+            advice += f" ({limit - restarts} of spec.backoffLimit {limit} retries left unused.)"
+        return _fail(b, found.reason, f"attempt {attempt} failed ({found.reason}): {what}.{advice}")
     if restarts < limit:
         _advance(b, attempt, restarts + 1)
         nxt = rayjob_name(b.obs.meta.name, attempt + 1)
         msg = (
-            f"attempt {attempt} failed ({reason}: {message}); retry {restarts + 1} of {limit}: "
-            f"once RayJob {rayjob_name(b.obs.meta.name, attempt)} and its pods are gone, "
-            f"RayJob {nxt} starts from the latest checkpoint"
+            f"attempt {attempt} failed ({found.reason}: {what}); retry {restarts + 1} of "
+            f"{limit}: once RayJob {rayjob_name(b.obs.meta.name, attempt)} and its pods are "
+            f"gone, RayJob {nxt} starts from the latest checkpoint"
         )
         b.set(c.RUNNING, False, "Retrying", msg)
         b.set(c.RECONCILING, True, "Retrying", msg)
@@ -614,10 +676,10 @@ def _attempt_failed(
         return _fail(
             b,
             "BackoffLimitExceeded",
-            f"attempt {attempt} failed ({reason}: {message}) and spec.backoffLimit ({limit}) "
+            f"attempt {attempt} failed ({found.reason}: {what}) and spec.backoffLimit ({limit}) "
             "retries are used up",
         )
-    return _fail(b, reason, message)
+    return _fail(b, found.reason, f"attempt {attempt} failed ({found.reason}): {what}")
 
 
 def _fail(b: _Builder, reason: str, message: str) -> Plan:

@@ -1,0 +1,453 @@
+"""Why an attempt failed: one class from what the operator observes, and whether to retry.
+
+Pure: the handlers gather the RayJob's status, the attempt's Ray pods, the events they have
+(a RayCluster's ReplicaFailure, shaped as an Event) and the runtime's report; `classify` turns
+them into a `Triage` with a stable reason (the condition reason, the Event reason and the
+`reason` label of `raytrain_attempt_failures_total`), a message that names the pod, container,
+exit code and what to do, and whether the fault is the infrastructure's or the user's.
+
+Evidence is weighed from the most specific to the least: a container the kernel killed for
+memory, an image that cannot be pulled, a pod that cannot be placed or whose node went away,
+then what the runtime (or KubeRay) said: a collective timeout, a Python exception raised by the
+user's code, else `Unknown`. `retry_decision` applies a `RetryPolicy` (class -> retry, plus
+exit-code overrides), the shape a future `spec.retryPolicy` takes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, TypedDict
+
+
+class FailureClass(str, Enum):
+    OOM_KILLED = "OOMKilled"
+    IMAGE_PULL_FAILED = "ImagePullFailed"
+    UNSCHEDULABLE = "Unschedulable"
+    NODE_LOST = "NodeLost"
+    USER_EXCEPTION = "UserException"
+    COLLECTIVE_TIMEOUT = "CollectiveTimeout"
+    UNKNOWN = "Unknown"
+
+
+#: The faults of the platform rather than of the user's code or sizing.
+INFRASTRUCTURE = frozenset(
+    {
+        FailureClass.IMAGE_PULL_FAILED,
+        FailureClass.UNSCHEDULABLE,
+        FailureClass.NODE_LOST,
+        FailureClass.COLLECTIVE_TIMEOUT,
+    }
+)
+
+
+class RetryPolicy(TypedDict):
+    """Class -> retry, and exit code -> retry (an exit code named here wins over its class)."""
+
+    classes: Mapping[str, bool]
+    exitCodes: Mapping[int, bool]
+
+
+#: OOMKilled is not retried: the same memory limit and batch fail the same way (the next attempt
+#: resumes from a checkpoint only to be killed again). A user exception is a bug in the training
+#: loop and fails fast. Unknown keeps the retries every failure had before this classification.
+DEFAULT_POLICY: RetryPolicy = {
+    "classes": {
+        FailureClass.OOM_KILLED.value: False,
+        FailureClass.IMAGE_PULL_FAILED.value: True,
+        FailureClass.UNSCHEDULABLE.value: True,
+        FailureClass.NODE_LOST.value: True,
+        FailureClass.USER_EXCEPTION.value: False,
+        FailureClass.COLLECTIVE_TIMEOUT.value: True,
+        FailureClass.UNKNOWN.value: True,
+    },
+    "exitCodes": {},
+}
+
+UNKNOWN_HINT = (
+    "the operator could not tell why (no OOMKilled, image, scheduling or node problem on the "
+    "attempt's pods, no exception named); the driver's log says more: kubectl raytrain logs"
+)
+
+#: Lines of a traceback kept in a message (its end: the frames nearest the raise).
+TRACEBACK_LINES = 12
+
+
+@dataclass(frozen=True)
+class Triage:
+    failure_class: FailureClass
+    message: str
+    pod: str | None = None
+    container: str | None = None
+    exit_code: int | None = None
+    #: The same input fails the same way (an invalid image name): no retry whatever the policy.
+    permanent: bool = False
+    #: The exception type a user exception or collective error names, if any.
+    exception: str | None = None
+
+    @property
+    def reason(self) -> str:
+        return self.failure_class.value
+
+    @property
+    def infrastructure(self) -> bool:
+        return self.failure_class in INFRASTRUCTURE
+
+
+def retry_decision(
+    failure_class: FailureClass | str,
+    exit_code: int | None,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    *,
+    permanent: bool = False,
+) -> bool:
+    """Whether an attempt that failed so is worth another attempt under `policy`."""
+    if permanent:
+        return False
+    if exit_code is not None and exit_code in policy["exitCodes"]:
+        return bool(policy["exitCodes"][exit_code])
+    key = failure_class.value if isinstance(failure_class, FailureClass) else str(failure_class)
+    return bool(policy["classes"].get(key, policy["classes"].get("Unknown", True)))
+
+
+# ------------------------------------------------------------------------------------ inputs
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the operator observed about one failed attempt."""
+
+    rayjob_status: Mapping[str, Any]
+    pods: Sequence[Mapping[str, Any]] = ()
+    #: Kubernetes Events (reason, message, involvedObject), or a RayCluster's ReplicaFailure.
+    events: Sequence[Mapping[str, Any]] = ()
+    #: The runtime's report (status.trainerStatus) of this attempt, or {}.
+    report: Mapping[str, Any] = field(default_factory=dict)
+    #: spec.scaling.resourcesPerWorker.memory as written, for the OOM advice.
+    worker_memory: str | None = None
+
+
+_IMAGE_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+_IMAGE_PERMANENT = ("InvalidImageName", "ErrImageNeverPull")
+_IMAGE_NOT_FOUND = re.compile(
+    r"not found|manifest unknown|repository does not exist|name unknown|invalid reference",
+    re.IGNORECASE,
+)
+#: DisruptionTarget reasons that mean the node (not the user) took the pod away.
+_NODE_DISRUPTIONS = ("DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet")
+_QUOTA = re.compile(r"exceeded quota|forbidden: .*quota", re.IGNORECASE)
+
+#: torch.distributed's words for a collective that never completed or lost a peer.
+_COLLECTIVE = re.compile(
+    r"Watchdog caught collective operation timeout"
+    r"|NCCL communicator was aborted"
+    r"|ProcessGroupNCCL.*(?:timeout|timed out)"
+    r"|NCCL.*(?:timeout|timed out)"
+    r"|\[?gloo\]?.*(?:Timed out|timeout)"
+    r"|Timed out waiting \d+ ?ms for (?:recv|send)"
+    r"|gloo.*Connection closed by peer"
+    r"|DistNetworkError|DistBackendError.*(?:timeout|timed out)",
+    re.IGNORECASE,
+)
+#: Ray's own errors (a dead actor, a node gone, Ray's memory monitor), never the user's code.
+_RAY_NODE = re.compile(r"NodeDiedError|node (?:\S+ )?(?:died|was terminated|is dead)", re.I)
+_RAY_MEMORY = re.compile(r"ray\.exceptions\.OutOfMemoryError|running low on memory", re.I)
+_SYSTEM_EXCEPTIONS = frozenset(
+    {
+        "ActorDiedError",
+        "ActorUnavailableError",
+        "RayActorError",
+        "RaySystemError",
+        "WorkerCrashedError",
+        "ObjectLostError",
+        "OwnerDiedError",
+        "NodeDiedError",
+        "GetTimeoutError",
+        "ConnectionError",
+        "ConnectionResetError",
+        "ConnectionRefusedError",
+        "ConnectionAbortedError",
+        "BrokenPipeError",
+        "TimeoutError",
+        "KeyboardInterrupt",
+        "SystemExit",
+        "TrainingFailedError",
+        "WorkerGroupError",
+        "ControllerError",
+    }
+)
+_EXC_NAME = r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)"
+_TRACEBACK_END = re.compile(r"^" + _EXC_NAME + r"(?::\s|$)")
+_NAMED_EXCEPTION = re.compile(
+    r"(?:^|worker \d+: |failed: |controller: |raised |\n)"
+    + r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Iteration))"
+    + r"(?::|$|\s)",
+    re.MULTILINE,
+)
+
+
+def _name(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("name") or "?")
+
+
+def _statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    st = pod.get("status") or {}
+    return [*(st.get("initContainerStatuses") or []), *(st.get("containerStatuses") or [])]
+
+
+def _is_head(pod: Mapping[str, Any]) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return (
+        labels.get("ray.io/node-type") == "head"
+        or _name(pod).endswith("-head")
+        or ("-head-" in _name(pod))
+    )
+
+
+def _oom(pods: Sequence[Mapping[str, Any]], worker_memory: str | None) -> Triage | None:
+    for pod in pods:
+        for cs in _statuses(pod):
+            for key in ("state", "lastState"):
+                term = (cs.get(key) or {}).get("terminated") or {}
+                if term.get("reason") != "OOMKilled":
+                    continue
+                code = term.get("exitCode")
+                code = code if isinstance(code, int) else None
+                name, container = _name(pod), str(cs.get("name") or "?")
+                if _is_head(pod):
+                    fix = (
+                        "raise the head's memory limit (spec.head.resources.limits.memory) or "
+                        "keep less in the driver"
+                    )
+                else:
+                    now = f" (now {worker_memory})" if worker_memory else " (unset now)"
+                    fix = (
+                        f"raise spec.scaling.resourcesPerWorker.memory{now} or lower the "
+                        "batch size / model size per worker"
+                    )
+                return Triage(
+                    FailureClass.OOM_KILLED,
+                    f"container {container} of pod {name} was killed for exceeding its memory "
+                    f"limit (OOMKilled, exit code {code if code is not None else '?'}); {fix}",
+                    pod=name,
+                    container=container,
+                    exit_code=code,
+                )
+    return None
+
+
+def _image(pods: Sequence[Mapping[str, Any]]) -> Triage | None:
+    for pod in pods:
+        for cs in _statuses(pod):
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason = str(waiting.get("reason") or "")
+            if reason not in _IMAGE_WAITING:
+                continue
+            detail = str(waiting.get("message") or "no message")
+            image = str(cs.get("image") or "?")
+            permanent = reason in _IMAGE_PERMANENT or bool(_IMAGE_NOT_FOUND.search(detail))
+            name, container = _name(pod), str(cs.get("name") or "?")
+            if permanent:
+                fix = (
+                    "the image reference cannot work as written: fix spec.image (name, tag, "
+                    "registry); not retried, the same image fails the same way"
+                )
+            else:
+                fix = (
+                    "check that the node reaches the registry and that the pods' pull "
+                    "credentials may read the image; retried"
+                )
+            return Triage(
+                FailureClass.IMAGE_PULL_FAILED,
+                f"container {container} of pod {name} cannot pull image {image} ({reason}: "
+                f"{detail}); {fix}",
+                pod=name,
+                container=container,
+                permanent=permanent,
+            )
+    return None
+
+
+def _node_lost(pods: Sequence[Mapping[str, Any]]) -> Triage | None:
+    for pod in pods:
+        st = pod.get("status") or {}
+        name = _name(pod)
+        reason = str(st.get("reason") or "")
+        if reason in ("NodeLost", "Evicted", "Terminated", "NodeShutdown"):
+            detail = str(st.get("message") or reason)
+            node = (pod.get("spec") or {}).get("nodeName")
+            where = f" on node {node}" if node else ""
+            return Triage(
+                FailureClass.NODE_LOST,
+                f"pod {name}{where} was lost ({reason}: {detail}); the node, not the training "
+                "code, ended the attempt; retried from the latest checkpoint",
+                pod=name,
+            )
+        for cond in st.get("conditions") or []:
+            if (
+                cond.get("type") == "DisruptionTarget"
+                and cond.get("status") == "True"
+                and cond.get("reason") in _NODE_DISRUPTIONS
+            ):
+                node = (pod.get("spec") or {}).get("nodeName")
+                where = f" on node {node}" if node else ""
+                return Triage(
+                    FailureClass.NODE_LOST,
+                    f"pod {name}{where} was deleted by Kubernetes ({cond.get('reason')}: "
+                    f"{cond.get('message') or 'no message'}); the node went away, not the "
+                    "training code; retried from the latest checkpoint",
+                    pod=name,
+                )
+    return None
+
+
+def _unschedulable(
+    pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]
+) -> Triage | None:
+    for event in events:
+        message = str(event.get("message") or "")
+        if _QUOTA.search(message):
+            obj = event.get("involvedObject") or {}
+            who = f"{obj.get('kind') or 'object'} {obj.get('name') or '?'}"
+            return Triage(
+                FailureClass.UNSCHEDULABLE,
+                f"a ResourceQuota refuses the pods ({event.get('reason') or 'FailedCreate'} on "
+                f"{who}: {message}); ask for more quota in the namespace or lower "
+                "spec.scaling (numWorkers, resourcesPerWorker); retried",
+            )
+    for pod in pods:
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if (
+                cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"
+            ):
+                name = _name(pod)
+                return Triage(
+                    FailureClass.UNSCHEDULABLE,
+                    f"pod {name} cannot be scheduled: {cond.get('message') or 'no message'}; "
+                    "no node has the resources the pod requests: lower spec.scaling "
+                    "(resourcesPerWorker, numWorkers) or add nodes; retried",
+                    pod=name,
+                )
+    return None
+
+
+def last_traceback_lines(text: str, count: int = TRACEBACK_LINES) -> str:
+    """The last `count` non-empty lines of the last traceback in `text`, else of `text`."""
+    at = text.rfind("Traceback (most recent call last):")
+    body = text[at:] if at >= 0 else text
+    lines = [line for line in body.splitlines() if line.strip()]
+    return "\n".join(lines[-count:])
+
+
+def exception_type(text: str) -> str | None:
+    """The exception a failure message names: the end of its last traceback, else the first
+    `Name: ...` that looks like an exception type."""
+    at = text.rfind("Traceback (most recent call last):")
+    if at >= 0:
+        for line in reversed(text[at:].splitlines()):
+            found = _TRACEBACK_END.match(line.strip())
+            if found and not line.startswith((" ", "\t")):
+                return found.group(1)
+    found = _NAMED_EXCEPTION.search(text)
+    return found.group(1) if found else None
+
+
+def _from_text(text: str, source: str) -> Triage | None:
+    if not text.strip():
+        return None
+    if _RAY_MEMORY.search(text):
+        return Triage(
+            FailureClass.OOM_KILLED,
+            f"Ray's memory monitor killed a worker ({source}: {last_traceback_lines(text, 4)}); "
+            "raise spec.scaling.resourcesPerWorker.memory or lower the batch size",
+        )
+    exc = exception_type(text)
+    if _COLLECTIVE.search(text):
+        return Triage(
+            FailureClass.COLLECTIVE_TIMEOUT,
+            f"a collective operation (NCCL/gloo) timed out or lost a peer ({source}"
+            f"{': ' + exc if exc else ''}):\n{last_traceback_lines(text)}\nA worker stalled or "
+            "died while the others waited; retried from the latest checkpoint. If it recurs "
+            "at the same step, look for a rank that skips a collective",
+            exception=exc,
+        )
+    if _RAY_NODE.search(text):
+        return Triage(
+            FailureClass.NODE_LOST,
+            f"a Ray node died ({source}: {last_traceback_lines(text, 4)}); retried from the "
+            "latest checkpoint",
+        )
+    short = exc.rsplit(".", 1)[-1] if exc else None
+    if exc and short not in _SYSTEM_EXCEPTIONS:
+        return Triage(
+            FailureClass.USER_EXCEPTION,
+            f"the training code raised {exc} ({source}):\n{last_traceback_lines(text)}",
+            exception=exc,
+        )
+    return None
+
+
+def classify(evidence: Evidence) -> Triage:
+    """The class of a failed attempt from everything observed (see the module docstring)."""
+    pods = evidence.pods
+    found = (
+        _oom(pods, evidence.worker_memory)
+        or _image(pods)
+        or _node_lost(pods)
+        or _unschedulable(pods, evidence.events)
+    )
+    if found is not None:
+        return found
+    report = evidence.report or {}
+    if report.get("phase") == "Failed":
+        found = _from_text(str(report.get("message") or ""), "reported by the trainer runtime")
+        if found is not None:
+            return found
+    rj = evidence.rayjob_status
+    rj_text = "\n".join(str(rj.get(k)) for k in ("message", "failedReason", "reason") if rj.get(k))
+    found = _from_text(rj_text, "from the RayJob's status")
+    if found is not None:
+        return found
+    detail = str(report.get("message") or "") if report.get("phase") == "Failed" else ""
+    detail = detail or rj_text or "no message"
+    return Triage(FailureClass.UNKNOWN, f"{last_traceback_lines(detail, 6)}; {UNKNOWN_HINT}")
+
+
+def advice(triage: Triage, retried: bool, policy: RetryPolicy = DEFAULT_POLICY) -> str:
+    """What the retry decision was and how to change it (to be given by spec.retryPolicy)."""
+    if retried:
+        return ""
+    if triage.permanent:
+        return " Not retried: the same input fails the same way."
+    default = policy["classes"].get(triage.reason)
+    if default is False:
+        why = {
+            FailureClass.OOM_KILLED: "the same memory limit fails the same way",
+            FailureClass.USER_EXCEPTION: "an exception in the training code fails the same "
+            "way on every attempt",
+        }.get(triage.failure_class, "this class is not retried")
+        return (
+            f" Not retried ({why}), so spec.backoffLimit is not spent on it; fix the cause "
+            "and create the TrainJob again (it resumes from the latest checkpoint)."
+        )
+    return ""
+
+
+def replica_failure_events(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A RayCluster's ReplicaFailure (the raycluster index entries) shaped as Events."""
+    out: list[dict[str, Any]] = []
+    for entry in entries:
+        failure = entry.get("replicaFailure") or {}
+        if failure:
+            out.append(
+                {
+                    "reason": failure.get("reason"),
+                    "message": failure.get("message"),
+                    "involvedObject": {"kind": "RayCluster", "name": entry.get("name")},
+                }
+            )
+    return out

@@ -1,0 +1,256 @@
+"""Every class of failed attempt from objects as Kubernetes, KubeRay and the runtime report them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from raytrain_operator.status.triage import (
+    DEFAULT_POLICY,
+    Evidence,
+    FailureClass,
+    RetryPolicy,
+    classify,
+    exception_type,
+    replica_failure_events,
+    retry_decision,
+)
+
+RAYJOB_FAILED = {
+    "jobDeploymentStatus": "Failed",
+    "jobStatus": "FAILED",
+    "reason": "AppFailed",
+    "message": "Job entrypoint command failed with exit code 1",
+}
+
+#: What torch 2.15 raised on rank 0 of a two-process gloo group whose rank 1 never joined the
+#: all_reduce (timeout 3 s), measured on this machine's CPU.
+GLOO_TIMEOUT = (
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78]"
+    " Timed out waiting 3000ms for recv operation to complete"
+)
+#: ProcessGroupNCCL's watchdog message (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp).
+NCCL_TIMEOUT = (
+    "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, "
+    "OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600021 "
+    "milliseconds before timing out."
+)
+
+USER_TRACEBACK = """training failed: worker 0: KeyError: 'label'
+Traceback (most recent call last):
+  File "/app/examples/digits/train.py", line 41, in train_loop_per_worker
+    y = batch["label"]
+        ~~~~~^^^^^^^^^
+KeyError: 'label'"""
+
+
+def pod(
+    name: str = "digits-0-abc-worker-x",
+    *,
+    node_type: str = "worker",
+    containers: list[dict[str, Any]] | None = None,
+    **status: Any,
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"ray.io/node-type": node_type}},
+        "spec": {"nodeName": "node-a"},
+        "status": {"phase": status.pop("phase", "Running"), "containerStatuses": containers or []}
+        | status,
+    }
+
+
+def container(**fields: Any) -> dict[str, Any]:
+    return {"name": "ray-worker", "image": "raytrain/trainer-runtime:0.1.0", **fields}
+
+
+def classify_(**kw: Any) -> Any:
+    kw.setdefault("rayjob_status", RAYJOB_FAILED)
+    return classify(Evidence(**kw))
+
+
+def test_oomkilled_worker_names_pod_container_exit_code_and_current_memory() -> None:
+    oom = container(
+        restartCount=1,
+        state={"running": {"startedAt": "2026-11-22T08:01:00Z"}},
+        lastState={"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+    )
+    t = classify_(pods=[pod(containers=[oom])], worker_memory="2Gi")
+    assert t.failure_class is FailureClass.OOM_KILLED and t.reason == "OOMKilled"
+    assert t.exit_code == 137 and t.pod == "digits-0-abc-worker-x"
+    assert "ray-worker" in t.message and "137" in t.message
+    assert "spec.scaling.resourcesPerWorker.memory (now 2Gi)" in t.message
+    assert not t.infrastructure
+    head = container(
+        name="ray-head", state={"terminated": {"reason": "OOMKilled", "exitCode": 137}}
+    )
+    t = classify_(pods=[pod("digits-0-abc-head-q", node_type="head", containers=[head])])
+    assert t.reason == "OOMKilled" and "spec.head.resources" in t.message
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "permanent"),
+    [
+        (
+            "ImagePullBackOff",
+            'Back-off pulling image "registry.local/trainer:1"',
+            False,
+        ),
+        (
+            "ErrImagePull",
+            'failed to pull and unpack image "docker.io/raytrain/trainer:nope": '
+            "docker.io/raytrain/trainer:nope: not found",
+            True,
+        ),
+        (
+            "InvalidImageName",
+            'Failed to apply default image tag "Raytrain/Trainer": couldn\'t parse image name',
+            True,
+        ),
+    ],
+)
+def test_image_pull_failures(reason: str, message: str, permanent: bool) -> None:
+    waiting = container(state={"waiting": {"reason": reason, "message": message}})
+    t = classify_(pods=[pod(phase="Pending", containers=[waiting])])
+    assert t.reason == "ImagePullFailed" and t.infrastructure
+    assert reason in t.message and "raytrain/trainer-runtime:0.1.0" in t.message
+    assert t.permanent is permanent
+    assert retry_decision(t.failure_class, t.exit_code, permanent=t.permanent) is not permanent
+    assert ("fix spec.image" in t.message) is permanent
+
+
+def test_unschedulable_pod_carries_the_schedulers_message() -> None:
+    words = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes"
+    pending = pod(
+        phase="Pending",
+        conditions=[
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": words}
+        ],
+    )
+    t = classify_(pods=[pending])
+    assert t.reason == "Unschedulable" and words in t.message and t.infrastructure
+
+
+def test_a_quota_refusing_the_pods_is_unschedulable_and_says_quota() -> None:
+    words = (
+        'pods "digits-0-abc-worker-x" is forbidden: exceeded quota: gpu, requested: '
+        "requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=4, limited: "
+        "requests.nvidia.com/gpu=4"
+    )
+    event = {
+        "reason": "FailedCreate",
+        "message": words,
+        "involvedObject": {"kind": "RayCluster", "name": "digits-0-abc"},
+    }
+    t = classify_(events=[event])
+    assert t.reason == "Unschedulable" and "ResourceQuota" in t.message and words in t.message
+    # The RayCluster's ReplicaFailure, as the raycluster index keeps it, says the same.
+    entries = [
+        {
+            "name": "digits-0-abc",
+            "replicaFailure": {"reason": "FailedCreateWorkerPod", "message": words},
+        }
+    ]
+    t = classify_(events=replica_failure_events(entries))
+    assert t.reason == "Unschedulable" and "quota" in t.message
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {
+            "phase": "Failed",
+            "reason": "NodeLost",
+            "message": "Node node-a which was running pod digits-0-abc-worker-x is unresponsive",
+        },
+        {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "The node was low on resource: ephemeral-storage.",
+        },
+        {
+            "phase": "Failed",
+            "conditions": [
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "DeletionByTaintManager",
+                    "message": "Taint manager: deleting due to NoExecute taint",
+                }
+            ],
+        },
+    ],
+)
+def test_node_lost(status: dict[str, Any]) -> None:
+    t = classify_(pods=[pod(**status)])
+    assert t.reason == "NodeLost" and t.infrastructure and "node-a" in t.message
+
+
+def test_user_exception_has_type_and_last_traceback_lines() -> None:
+    t = classify_(report={"phase": "Failed", "message": USER_TRACEBACK})
+    assert t.reason == "UserException" and t.exception == "KeyError"
+    assert 'y = batch["label"]' in t.message and 'train.py", line 41' in t.message
+    assert not t.infrastructure
+    assert retry_decision(t.failure_class, None) is False
+
+
+def test_the_runtimes_one_line_message_still_names_the_exception() -> None:
+    assert exception_type("training failed: worker 1: ValueError: bad lr") == "ValueError"
+    assert (
+        exception_type("entrypoint 'x:y' raised ModuleNotFoundError: no") == "ModuleNotFoundError"
+    )
+    assert exception_type("OOM") is None and exception_type("boom") is None
+    t = classify_(report={"phase": "Failed", "message": "training failed: worker 1: ValueError: x"})
+    assert t.reason == "UserException" and t.exception == "ValueError"
+
+
+@pytest.mark.parametrize("text", [GLOO_TIMEOUT, NCCL_TIMEOUT])
+def test_collective_timeouts(text: str) -> None:
+    message = f"training failed: worker 0: {text}"
+    t = classify_(report={"phase": "Failed", "message": message})
+    assert t.reason == "CollectiveTimeout" and t.infrastructure
+    assert retry_decision(t.failure_class, None) is True
+
+
+def test_ray_system_errors_are_not_user_exceptions() -> None:
+    died = (
+        "training failed: worker 1: ActorDiedError: The actor died unexpectedly before "
+        "finishing this task."
+    )
+    assert classify_(report={"phase": "Failed", "message": died}).reason == "Unknown"
+    node = "training failed: worker 1: NodeDiedError: node 10.0.0.3 died"
+    assert classify_(report={"phase": "Failed", "message": node}).reason == "NodeLost"
+    ray_oom = (
+        "training failed: worker 0: OutOfMemoryError: Task was killed due to the node running "
+        "low on memory."
+    )
+    assert classify_(report={"phase": "Failed", "message": ray_oom}).reason == "OOMKilled"
+
+
+def test_unknown_for_the_rest_keeps_what_was_said() -> None:
+    t = classify_(report={"phase": "Failed", "message": "OOM"})
+    assert t.reason == "Unknown" and "OOM" in t.message
+    t = classify_(rayjob_status={"jobDeploymentStatus": "Failed", "message": "boom"})
+    assert t.reason == "Unknown" and "boom" in t.message
+    assert retry_decision(t.failure_class, None) is True
+
+
+def test_pod_evidence_wins_over_what_the_runtime_said() -> None:
+    oom = container(state={"terminated": {"reason": "OOMKilled", "exitCode": 137}})
+    died = "training failed: worker 1: ActorDiedError: The actor died unexpectedly"
+    t = classify_(pods=[pod(containers=[oom])], report={"phase": "Failed", "message": died})
+    assert t.reason == "OOMKilled"
+
+
+def test_default_policy_and_overrides() -> None:
+    assert retry_decision(FailureClass.OOM_KILLED, 137) is False
+    assert retry_decision(FailureClass.USER_EXCEPTION, 1) is False
+    for cls in ("Unschedulable", "NodeLost", "CollectiveTimeout", "ImagePullFailed", "Unknown"):
+        assert retry_decision(cls, None) is True, cls
+    policy: RetryPolicy = {
+        "classes": {**DEFAULT_POLICY["classes"], "OOMKilled": True},
+        "exitCodes": {3: False},
+    }
+    assert retry_decision(FailureClass.OOM_KILLED, 137, policy) is True
+    assert retry_decision(FailureClass.NODE_LOST, 3, policy) is False
+    assert retry_decision("SomethingNew", None, policy) is True
