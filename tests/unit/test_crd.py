@@ -117,7 +117,7 @@ def test_conditions_are_a_map_keyed_by_type(schema: dict[str, Any]) -> None:
         (".spec.checkpoint", "scoreOrder needs"),
         ("", f"at most {api.MAX_NAME_LENGTH} characters"),
         ("", "must start with a lower-case letter"),
-        (".spec", "spec.workerTemplate.resources is not used"),
+        (".spec", "spec.workerTemplate.resources sets cpu"),
         (".spec.scaling", "acceleratorType needs GPUs"),
         (".spec.scaling.acceleratorType", "must not end in 'gpu'"),
         (".spec.scaling.resourcesPerWorker.cpu", "Kubernetes quantity between 1m and 1024"),

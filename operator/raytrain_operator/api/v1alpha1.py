@@ -8,10 +8,11 @@ ScalingConfig, TorchConfig, RunConfig, CheckpointConfig, FailureConfig, Tune.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict, JsonValue
 
@@ -37,6 +38,8 @@ PRESERVE: JsonDict = {"x-kubernetes-preserve-unknown-fields": True}
 NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 #: Names of namespaced objects the pods refer to (claims, Secrets, service accounts, classes).
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: A DNS-1123 label: names of volumes, claims and claim requests.
+DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 #: A label value (also a node label's value, such as nvidia.com/gpu.product's).
 LABEL_VALUE = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 #: A label or annotation key: an optional DNS-subdomain prefix and '/', then a name.
@@ -84,6 +87,28 @@ RESERVED_MOUNT_PATHS = (
     "/usr",
     "/var",
 )
+#: Volume names the builders give the pods' own volumes: a user's volume (or mount) of the same
+#: name would replace the contract, the checkpoint storage or /dev/shm.
+RESERVED_VOLUME_NAMES = ("raytrain-contract", "raytrain-storage", "raytrain-shm")
+#: Directories the builders mount in every Ray container (the contract and /dev/shm); the
+#: checkpoint claim's mountPath is checked beside them.
+BUILDER_MOUNT_PATHS = ("/etc/raytrain", "/dev/shm")
+#: The Kubernetes name of `resourcesPerWorker.gpu`.
+NVIDIA_GPU = "nvidia.com/gpu"
+#: A Kubernetes resource name that resourcesPerWorker takes besides cpu, memory and gpu: a name
+#: with a domain (`nvidia.com/gpu`, `rdma/ib`, `vpc.amazonaws.com/efa`), ephemeral-storage or a
+#: hugepages size.
+RESOURCE_NAME = re.compile(
+    r"^(ephemeral-storage|hugepages-[0-9]+[KMGT]i?|"
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$"
+)
+#: KubeRay gives a Ray node as many GPUs as the first such resource of its container's limits
+#: holds (utils.IsGPUResourceKey): a name ending in `gpu`, or an NVIDIA MIG slice.
+GPU_RESOURCE_NAME = re.compile(r"^(.+/.*gpu|nvidia\.com/mig-[0-9]+g\.[0-9]+gb)$")
+#: Kubernetes resources that KubeRay turns into a Ray resource of another name on the node
+#: (common/pod.go, customAcceleratorToRayResourceMap): Ray Train's workers ask for them by it.
+RAY_ACCELERATOR_RESOURCES = {"aws.amazon.com/neuroncore": "neuron_cores", "google.com/tpu": "TPU"}
 #: Limits of one worker's resources: far above any node, far below an overflow.
 MAX_CPU = "1024"
 MIN_MEMORY = "1Mi"
@@ -147,7 +172,7 @@ _RESOURCES_SCHEMA: JsonDict = {
                 _rule(
                     "self.all(k, size(k) <= 253 && (k in ['cpu', 'memory', 'ephemeral-storage'] "
                     "|| k.startsWith('hugepages-') || k.contains('/')))",
-                    f"spec.head.resources.{kind}: a resource is cpu, memory, ephemeral-storage, "
+                    f"spec.*.resources.{kind}: a resource is cpu, memory, ephemeral-storage, "
                     "hugepages-<size> or a name with a domain such as nvidia.com/gpu",
                 )
             ],
@@ -159,13 +184,40 @@ _RESOURCES_SCHEMA: JsonDict = {
                         "type(self) == int ? self >= 0 : (isQuantity(self) && "
                         "quantity(self).compareTo(quantity('0')) >= 0 && "
                         "quantity(self).compareTo(quantity('1Ei')) <= 0)",
-                        f"spec.head.resources.{kind}: every amount must be a Kubernetes quantity "
+                        f"spec.*.resources.{kind}: every amount must be a Kubernetes quantity "
                         "between 0 and 1Ei (e.g. 2, 500m, 8Gi)",
                     )
                 ],
             },
         }
         for kind in ("requests", "limits")
+    }
+    | {
+        "claims": {
+            "type": "array",
+            "maxItems": 32,
+            "description": "Dynamic resource claims (DRA) the Ray container uses, by the name "
+            "of an entry of resourceClaims. Unset: every entry of resourceClaims.",
+            "items": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "name": {
+                        "type": "string",
+                        "maxLength": 63,
+                        "pattern": DNS_LABEL,
+                        "description": "Name of an entry of resourceClaims.",
+                    },
+                    "request": {
+                        "type": "string",
+                        "maxLength": 63,
+                        "pattern": DNS_LABEL,
+                        "description": "One request of the claim; unset: all of them.",
+                    },
+                },
+                "additionalProperties": False,
+            },
+        }
     },
     "additionalProperties": False,
     "x-kubernetes-validations": [
@@ -173,7 +225,7 @@ _RESOURCES_SCHEMA: JsonDict = {
             "!has(self.requests) || !has(self.limits) || self.requests.all(k, "
             "!(k in self.limits) || quantity(string(self.requests[k])).compareTo("
             "quantity(string(self.limits[k]))) <= 0)",
-            "spec.head.resources: a request must not exceed the limit of the same resource; "
+            "spec.*.resources: a request must not exceed the limit of the same resource; "
             "raise the limit or lower the request",
         )
     ],
@@ -403,6 +455,185 @@ _ENV_SCHEMA: JsonDict = {
 }
 
 
+def _not_under(path: str) -> str:
+    """CEL: `self.mountPath` is neither `path` nor inside it."""
+    return f"self.mountPath != '{path}' && !self.mountPath.startsWith('{path}/')"
+
+
+#: core/v1 Volume: a name of its own and one volume source, kept as written (the API server
+#: checks the source when KubeRay creates the pods).
+_VOLUMES_SCHEMA: JsonDict = {
+    "type": "array",
+    "maxItems": 64,
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["name"],
+    "items": {
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": {
+                "type": "string",
+                "maxLength": 63,
+                "pattern": DNS_LABEL,
+                "description": "Volume name, referred to by volumeMounts.",
+            }
+        },
+        "x-kubernetes-preserve-unknown-fields": True,
+        "x-kubernetes-validations": [
+            _rule(
+                f"!(self.name in {list(RESERVED_VOLUME_NAMES)!r})",
+                "spec.*.volumes: the names "
+                + ", ".join(RESERVED_VOLUME_NAMES)
+                + " belong to the volumes the operator adds (contract, checkpoint storage, "
+                "/dev/shm); rename the volume",
+            ),
+        ],
+    },
+}
+
+#: core/v1 VolumeMount, field by field (the builders read name and mountPath).
+_VOLUME_MOUNTS_SCHEMA: JsonDict = {
+    "type": "array",
+    "maxItems": 64,
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["mountPath"],
+    "items": {
+        "type": "object",
+        "required": ["name", "mountPath"],
+        "properties": {
+            "name": {
+                "type": "string",
+                "maxLength": 63,
+                "pattern": DNS_LABEL,
+                "description": "Name of an entry of volumes.",
+            },
+            "mountPath": {
+                "type": "string",
+                "maxLength": 1024,
+                "pattern": r"^(/[^/:]+)+$",
+                "description": "Absolute path in the Ray container.",
+            },
+            "readOnly": {"type": "boolean", "description": "Mount read-only."},
+            "subPath": {
+                "type": "string",
+                "maxLength": 512,
+                "description": "Path inside the volume to mount instead of its root.",
+            },
+            "subPathExpr": {
+                "type": "string",
+                "maxLength": 512,
+                "description": "subPath with $(VAR) references to the container's environment.",
+            },
+            "mountPropagation": {
+                "type": "string",
+                "enum": ["None", "HostToContainer", "Bidirectional"],
+                "description": "None (default), HostToContainer or Bidirectional.",
+            },
+            "recursiveReadOnly": {
+                "type": "string",
+                "enum": ["Disabled", "IfPossible", "Enabled"],
+                "description": "Disabled, IfPossible or Enabled (with readOnly).",
+            },
+        },
+        "additionalProperties": False,
+        "x-kubernetes-validations": [
+            _rule(
+                "!self.mountPath.matches('/[.][.]?(/|$)')",
+                "spec.*.volumeMounts: mountPath must be a plain absolute path without '.' or "
+                "'..' segments, e.g. /data/cache",
+            ),
+            _rule(
+                " && ".join(_not_under(path) for path in BUILDER_MOUNT_PATHS),
+                "spec.*.volumeMounts: mountPath must not be or nest in "
+                + " or ".join(BUILDER_MOUNT_PATHS)
+                + ", which the operator mounts (the contract, /dev/shm sized for Ray's object "
+                "store); choose a directory of its own such as /data/cache",
+            ),
+            _rule(
+                f"!(self.name in {list(RESERVED_VOLUME_NAMES)!r})",
+                "spec.*.volumeMounts: the volumes "
+                + ", ".join(RESERVED_VOLUME_NAMES)
+                + " are mounted by the operator; mount a volume of your own from volumes",
+            ),
+            _rule(
+                "!has(self.subPath) || !has(self.subPathExpr)",
+                "spec.*.volumeMounts: set subPath or subPathExpr, not both",
+            ),
+        ],
+    },
+}
+
+#: core/v1 LocalObjectReference list.
+_PULL_SECRETS_SCHEMA: JsonDict = {
+    "type": "array",
+    "maxItems": 16,
+    "items": {
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": {
+                "type": "string",
+                "maxLength": 253,
+                "pattern": DNS_SUBDOMAIN,
+                "description": "Name of a Secret of type kubernetes.io/dockerconfigjson.",
+            }
+        },
+        "additionalProperties": False,
+    },
+}
+
+#: core/v1 PodResourceClaim: a name and exactly one of a ResourceClaim or a template.
+_RESOURCE_CLAIMS_SCHEMA: JsonDict = {
+    "type": "array",
+    "maxItems": 32,
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["name"],
+    "items": {
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": {
+                "type": "string",
+                "maxLength": 63,
+                "pattern": DNS_LABEL,
+                "description": "Name of the claim inside the pod (resources.claims refers to it).",
+            },
+            "resourceClaimName": {
+                "type": "string",
+                "maxLength": 253,
+                "pattern": DNS_SUBDOMAIN,
+                "description": "An existing ResourceClaim shared by every pod of the group.",
+            },
+            "resourceClaimTemplateName": {
+                "type": "string",
+                "maxLength": 253,
+                "pattern": DNS_SUBDOMAIN,
+                "description": "A ResourceClaimTemplate: each pod gets a claim of its own.",
+            },
+        },
+        "additionalProperties": False,
+        "x-kubernetes-validations": [
+            _rule(
+                "has(self.resourceClaimName) != has(self.resourceClaimTemplateName)",
+                "spec.*.resourceClaims: every entry sets exactly one of resourceClaimName or "
+                "resourceClaimTemplateName",
+            )
+        ],
+    },
+}
+
+
+def _unset(value: object) -> bool:
+    return value is None
+
+
+def _new(**constraints: Any) -> Any:
+    """A field added after 0.1.0: left out of a dump while unset, so the hash of a spec that does
+    not use it (the RayJob's raytrain.dev/spec-hash) stays what earlier operators computed, and
+    an operator upgrade alone never looks like a spec change."""
+    return Field(default=None, exclude_if=_unset, **constraints)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -438,7 +669,18 @@ class DatasetFormat(str, Enum):
 
 
 class WorkerResources(_Model):
-    """Resources of one training worker (Ray Train's resources_per_worker)."""
+    """Resources of one training worker (Ray Train's resources_per_worker), multiplied by
+    workersPerPod in the worker pods' requests and limits. Besides cpu, memory, gpu and custom,
+    any Kubernetes resource by its name: `nvidia.com/gpu: 1` (the same as gpu: 1; set one of
+    the two), another GPU (`amd.com/gpu`, a MIG slice `nvidia.com/mig-1g.10gb`), `rdma/ib`,
+    `vpc.amazonaws.com/efa`, `ephemeral-storage`, `hugepages-2Mi`. Names with a domain take
+    whole numbers. Ray sees the GPU as the workers' GPUs (num-gpus), and
+    aws.amazon.com/neuroncore and google.com/tpu as its neuron_cores and TPU resources; every
+    other name reaches the pods only (Ray does not schedule by it). These names are checked by
+    the operator, which refuses a bad one in the TrainJob's status: the API server cannot check
+    keys it does not know."""
+
+    model_config = ConfigDict(extra="allow")
 
     cpu: int | str | None = Field(
         default=None,
@@ -501,6 +743,72 @@ class WorkerResources(_Model):
         },
     )
     """Extra Ray custom resources per worker, by name: 0 to 10000, in steps of 0.0001."""
+
+    @model_validator(mode="after")
+    def _kubernetes_names(self) -> WorkerResources:
+        field = "spec.scaling.resourcesPerWorker"
+        gpus: list[str] = ["gpu"] if self.gpu is not None else []
+        for name, amount in self.kubernetes.items():
+            if not RESOURCE_NAME.match(name) or len(name) > 253:
+                raise ValueError(
+                    f"{field}: {name!r} is not a resource name; write cpu, memory, gpu, custom "
+                    "(Ray resources) or a Kubernetes resource name such as nvidia.com/gpu, "
+                    "rdma/ib, vpc.amazonaws.com/efa, ephemeral-storage"
+                )
+            whole = "/" in name
+            if isinstance(amount, bool) or not isinstance(amount, int | str):
+                raise ValueError(f"{field}.{name}: {amount!r} is not a quantity; write e.g. 1")
+            text = str(amount)
+            if whole and not (text.isdigit() and int(text) <= MAX_CUSTOM):
+                raise ValueError(
+                    f"{field}.{name}: {amount!r} must be a whole number from 0 to {MAX_CUSTOM} "
+                    "(Kubernetes counts devices in whole units); write e.g. 1"
+                )
+            if GPU_RESOURCE_NAME.match(name):
+                gpus.append(name)
+        if "gpu" in gpus and NVIDIA_GPU in gpus:
+            raise ValueError(
+                f"{field}: gpu and {NVIDIA_GPU} are the same resource; set one of them"
+            )
+        if len(gpus) > 1:
+            raise ValueError(
+                f"{field}: one GPU resource per worker, got {', '.join(sorted(gpus))} (KubeRay "
+                "gives Ray the first one only); keep one"
+            )
+        return self
+
+    @property
+    def kubernetes(self) -> dict[str, int | str]:
+        """The Kubernetes resources written by name (`nvidia.com/gpu`, `rdma/ib`...)."""
+        return dict(self.model_extra or {})
+
+
+class NetworkProfile(str, Enum):
+    INFINIBAND = "infiniband"
+    EFA = "efa"
+
+
+class NetworkSpec(_Model):
+    """The workers' fast network for NCCL, opt-in. For each worker pod it adds the profile's
+    devices to the Ray container's requests and limits (infiniband: `rdma/ib`, the RDMA
+    shared device plugin's resource; efa: `vpc.amazonaws.com/efa`, the AWS EFA device plugin's),
+    the IPC_LOCK capability (RDMA pins the memory it registers with the NIC, beyond the default
+    locked-memory limit; the workers keep `drop: [ALL]` otherwise), and this environment, each
+    variable overridden by the same name in workerTemplate.env:
+    infiniband: NCCL_IB_DISABLE=0 (use the InfiniBand/RoCE transport even if the image turns it
+    off), NCCL_NET=IB (fail when the IB transport cannot start instead of falling back to TCP
+    sockets, many times slower), NCCL_DEBUG=WARN (say why a transport failed);
+    efa: FI_PROVIDER=efa (libfabric, which NCCL's aws-ofi-nccl plugin uses, takes the EFA
+    provider and fails without it instead of using TCP), NCCL_DEBUG=WARN.
+    IPC_LOCK is not allowed by the baseline or restricted Pod Security Standards: the worker
+    pods then need a namespace that admits privileged pods. The head, which runs no training,
+    gets none of this."""
+
+    profile: NetworkProfile
+    """infiniband (InfiniBand or RoCE through rdma/ib) or efa (AWS Elastic Fabric Adapter)."""
+    devices_per_pod: int = Field(default=1, ge=1, le=32)
+    """Devices each worker pod requests: 1 for a shared RDMA device (infiniband); for efa the
+    node's EFA interfaces (4 on p4d.24xlarge, 32 on p5.48xlarge)."""
 
 
 class ScalingSpec(_Model):
@@ -814,9 +1122,33 @@ class TuneSpec(_Model):
 class PodOverrides(_Model):
     """Pod-level settings for the head or the worker pods."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _rule(
+                    "!has(self.volumeMounts) || self.volumeMounts.all(m, has(self.volumes) && "
+                    "self.volumes.exists(v, v.name == m.name))",
+                    "spec.*.volumeMounts: every mount names an entry of volumes of the same "
+                    "pod template; add the volume or fix the mount's name",
+                ),
+                _rule(
+                    "!has(self.resources) || !has(self.resources.claims) || "
+                    "self.resources.claims.all(c, has(self.resourceClaims) && "
+                    "self.resourceClaims.exists(r, r.name == c.name))",
+                    "spec.*.resources.claims: every claim names an entry of resourceClaims of "
+                    "the same pod template; add it there or fix the name",
+                ),
+            ]
+        }
+    )
+
     resources: Annotated[dict[str, Any], WithJsonSchema(_RESOURCES_SCHEMA)] | None = None
-    """Container resources (requests and limits of quantities) of the head. Not used for
-    workers: scaling.resourcesPerWorker sets theirs."""
+    """Container resources of the Ray container: requests, limits and DRA claims. Head: they
+    replace the default (1 CPU, 2Gi). Workers: they are added to what
+    scaling.resourcesPerWorker (x workersPerPod) and spec.network give the container, for
+    resources those do not set (ephemeral-storage, hugepages-2Mi, a device); cpu, memory, the
+    GPU and every name of resourcesPerWorker or of the network profile belong there, and the
+    same name in both is refused."""
     node_selector: dict[str, _LabelValue] | None = Field(
         default=None, json_schema_extra=_label_map("spec.*.nodeSelector", "node label")
     )
@@ -845,6 +1177,69 @@ class PodOverrides(_Model):
     """Seconds a pod has to stop after a delete, a drain or a suspend before it is killed.
     Default 120: room for a preStop hook, for example to finish a checkpoint upload; pods that
     have nothing left to do stop sooner."""
+    volumes: Annotated[list[dict[str, Any]], WithJsonSchema(_VOLUMES_SCHEMA)] | None = _new()
+    """Extra pod volumes (core/v1 Volume): a dataset cache, a scratch emptyDir. The names
+    raytrain-contract, raytrain-storage and raytrain-shm are the operator's."""
+    volume_mounts: Annotated[list[dict[str, Any]], WithJsonSchema(_VOLUME_MOUNTS_SCHEMA)] | None = (
+        _new()
+    )
+    """Mounts of volumes into the Ray container (core/v1 VolumeMount). A mountPath must not be
+    or nest in /etc/raytrain (the contract), /dev/shm (sized by the operator for Ray's object
+    store) or the checkpoint claim's storage.pvc.mountPath, nor hold it."""
+    image_pull_secrets: (
+        Annotated[list[dict[str, Any]], WithJsonSchema(_PULL_SECRETS_SCHEMA)] | None
+    ) = _new()
+    """Secrets to pull the image with (core/v1 LocalObjectReference). The head's also serve
+    KubeRay's submitter pod, which runs the same image."""
+    scheduler_name: str | None = _new(max_length=253, pattern=DNS_SUBDOMAIN)
+    """Scheduler of the pods (for example volcano, yunikorn, kai-scheduler). Default: the
+    cluster's default scheduler."""
+    runtime_class_name: str | None = _new(max_length=253, pattern=DNS_SUBDOMAIN)
+    """RuntimeClass of the pods, for example nvidia when the GPU runtime is not the node's
+    default."""
+    host_network: bool | None = _new()
+    """Run the pods in the node's network namespace (for RDMA devices that are only reachable
+    there). The operator then sets dnsPolicy ClusterFirstWithHostNet so the pods still resolve
+    cluster Services. Such pods fail the baseline and restricted Pod Security Standards, and
+    Ray's ports must be free on the node: one Ray pod per node."""
+    resource_claims: (
+        Annotated[list[dict[str, Any]], WithJsonSchema(_RESOURCE_CLAIMS_SCHEMA)] | None
+    ) = _new()
+    """Dynamic resource allocation (core/v1 PodResourceClaim): devices claimed through a
+    ResourceClaim or, one per pod, a ResourceClaimTemplate. The Ray container gets them all,
+    or those of resources.claims when it is set."""
+
+
+def _worker_resource_rules() -> list[JsonValue]:
+    """CEL: spec.workerTemplate.resources must not name what resourcesPerWorker sets (the
+    operator also checks the names the API server cannot see)."""
+    res = "self.workerTemplate.resources"
+    rules: list[JsonValue] = []
+    for name, when, where in (
+        ("cpu", "true", "spec.scaling.resourcesPerWorker.cpu (default 1 per worker)"),
+        (
+            "memory",
+            "has(self.scaling.resourcesPerWorker) && has(self.scaling.resourcesPerWorker.memory)",
+            "spec.scaling.resourcesPerWorker.memory",
+        ),
+        (
+            NVIDIA_GPU,
+            "(has(self.scaling.useGpu) && self.scaling.useGpu) || "
+            "(has(self.scaling.resourcesPerWorker) && has(self.scaling.resourcesPerWorker.gpu))",
+            "spec.scaling.resourcesPerWorker.gpu (or useGpu)",
+        ),
+    ):
+        rules.append(
+            _rule(
+                f"!has(self.workerTemplate) || !has({res}) || !({when}) || "
+                f"((!has({res}.requests) || !('{name}' in {res}.requests)) && "
+                f"(!has({res}.limits) || !('{name}' in {res}.limits)))",
+                f"spec.workerTemplate.resources sets {name}, which {where} also sets; keep it "
+                "in resourcesPerWorker only (the workers' requests and limits are "
+                "resourcesPerWorker x workersPerPod)",
+            )
+        )
+    return rules
 
 
 class TrainJobSpec(_Model):
@@ -853,11 +1248,19 @@ class TrainJobSpec(_Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _rule(
-                    "!has(self.workerTemplate) || !has(self.workerTemplate.resources)",
-                    "spec.workerTemplate.resources is not used: the workers' resources come "
-                    "from spec.scaling.resourcesPerWorker (cpu, memory, gpu, custom); move them "
-                    "there",
+                *_worker_resource_rules(),
+                *(
+                    _rule(
+                        f"!has(self.storage.pvc) || !has(self.{pod}) || "
+                        f"!has(self.{pod}.volumeMounts) || self.{pod}.volumeMounts.all(m, "
+                        "m.mountPath != self.storage.pvc.mountPath && "
+                        "!m.mountPath.startsWith(self.storage.pvc.mountPath + '/') && "
+                        "!self.storage.pvc.mountPath.startsWith(m.mountPath + '/'))",
+                        f"spec.{pod}.volumeMounts: a mountPath must not be, hold or nest in "
+                        "spec.storage.pvc.mountPath (the checkpoint claim); choose another "
+                        "directory",
+                    )
+                    for pod in ("head", "workerTemplate")
                 ),
             ]
         }
@@ -922,6 +1325,9 @@ class TrainJobSpec(_Model):
     """Overrides for the worker pods."""
     suspend: bool = False
     """Suspend the job: the runtime checkpoints, the Ray cluster is removed; false resumes it."""
+    network: NetworkSpec | None = _new()
+    """Opt-in fast network of the workers for NCCL (InfiniBand or EFA): devices, IPC_LOCK and
+    NCCL environment; see its fields."""
     queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=LABEL_VALUE)
     """Kueue LocalQueue; becomes the `kueue.x-k8s.io/queue-name` label of the RayJob."""
     active_deadline_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)

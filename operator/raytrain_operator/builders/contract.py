@@ -32,7 +32,14 @@ from raytrain_contract import (
     dump_contract,
     to_json,
 )
-from raytrain_operator.api.v1alpha1 import API_VERSION, TrainJob, TrainJobSpec
+from raytrain_operator.api.v1alpha1 import (
+    API_VERSION,
+    GPU_RESOURCE_NAME,
+    NVIDIA_GPU,
+    RAY_ACCELERATOR_RESOURCES,
+    TrainJob,
+    TrainJobSpec,
+)
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.meta import Meta, child_metadata
 from raytrain_operator.builders.names import contract_configmap_name, run_name
@@ -44,6 +51,7 @@ __all__ = [
     "CONTRACT_VERSION",
     "build_contract",
     "build_contract_configmap",
+    "gpu_resource_name",
     "gpus_per_worker",
     "ray_resources_per_worker",
     "render_contract",
@@ -52,11 +60,30 @@ __all__ = [
 ]
 
 
+def _gpu_by_name(spec: TrainJobSpec) -> tuple[str, int] | None:
+    """The GPU resourcesPerWorker names in Kubernetes' terms (`nvidia.com/gpu: 2`), if any."""
+    res = spec.scaling.resources_per_worker
+    for name, amount in (res.kubernetes if res is not None else {}).items():
+        if GPU_RESOURCE_NAME.match(name):
+            return name, int(amount)
+    return None
+
+
+def gpu_resource_name(spec: TrainJobSpec) -> str:
+    """The Kubernetes resource of the workers' GPUs: nvidia.com/gpu unless another is named."""
+    named = _gpu_by_name(spec)
+    return named[0] if named is not None else NVIDIA_GPU
+
+
 def gpus_per_worker(spec: TrainJobSpec) -> int:
-    """GPUs of one worker: resourcesPerWorker.gpu, else 1 with useGpu, else 0."""
+    """GPUs of one worker: resourcesPerWorker.gpu (or the GPU by its Kubernetes name), else 1
+    with useGpu, else 0."""
     res = spec.scaling.resources_per_worker
     if res is not None and res.gpu is not None:
         return res.gpu
+    named = _gpu_by_name(spec)
+    if named is not None:
+        return named[1]
     return 1 if spec.scaling.use_gpu else 0
 
 
@@ -76,6 +103,10 @@ def ray_resources_per_worker(spec: TrainJobSpec) -> dict[str, float | int]:
         out["memory"] = quantities.as_bytes(memory)
     if res is not None and res.custom:
         out.update({name: float(amount) for name, amount in res.custom.items()})
+    # KubeRay offers these devices to Ray under Ray's names; each worker asks for its share.
+    for name, amount in (res.kubernetes if res is not None else {}).items():
+        if name in RAY_ACCELERATOR_RESOURCES and int(amount):
+            out[RAY_ACCELERATOR_RESOURCES[name]] = float(amount)
     return out
 
 

@@ -53,16 +53,59 @@ DENIED_PREFIXES = (
     "kueue.x-k8s.io/",
 )
 DENIED_KEYS = frozenset({"app.kubernetes.io/instance", "app.kubernetes.io/managed-by"})
+#: Keys batch schedulers read, passed on (from the TrainJob's own labels and annotations, and
+#: from explicit pod labels/annotations) to the RayJob and the pods, although their prefix may
+#: be denied. KubeRay copies the RayJob's labels and annotations to its RayCluster, where its
+#: batch-scheduler plugins look for theirs. `kueue.x-k8s.io/queue-name` is not here: it comes
+#: from spec.queueName only, on the RayJob alone (on a pod it would make Kueue's pod
+#: integration queue each pod of its own).
+SCHEDULER_KEYS = frozenset(
+    {
+        # Kueue topology-aware scheduling: read from each PodSet's pod template.
+        "kueue.x-k8s.io/podset-required-topology",
+        "kueue.x-k8s.io/podset-preferred-topology",
+        "kueue.x-k8s.io/podset-unconstrained-topology",
+        # Kueue WorkloadPriorityClass of the workload: a label of the job (the RayJob).
+        "kueue.x-k8s.io/priority-class",
+        # Volcano: the queue of the PodGroup (KubeRay's volcano plugin reads it off the
+        # RayCluster), the PodGroup a pod belongs to, and a pod's queue.
+        "volcano.sh/queue-name",
+        "scheduling.volcano.sh/group-name",
+        "scheduling.volcano.sh/queue-name",
+        "scheduling.k8s.io/group-name",
+        # Volcano network-topology-aware scheduling, read by KubeRay's volcano plugin.
+        "volcano.sh/network-topology-mode",
+        "volcano.sh/network-topology-highest-tier-allowed",
+        # KAI scheduler: the queue (KubeRay's kai-scheduler plugin requires it on the cluster).
+        "kai.scheduler/queue",
+        # YuniKorn: application and queue (KubeRay's yunikorn plugin copies them to the pods),
+        # and the gang-scheduling task groups.
+        "yunikorn.apache.org/app-id",
+        "yunikorn.apache.org/queue",
+        "yunikorn.apache.org/task-group-name",
+        "yunikorn.apache.org/task-groups",
+        "yunikorn.apache.org/schedulingPolicyParameters",
+    }
+)
 
 
 def is_denied(key: str) -> bool:
+    if key in SCHEDULER_KEYS:
+        return False
     return key in DENIED_KEYS or key.startswith(DENIED_PREFIXES)
 
 
-def allowed_from_parent(source: Mapping[str, str] | None) -> dict[str, str]:
-    """Keys of the TrainJob's labels or annotations that may be copied to a child."""
+def allowed_from_parent(
+    source: Mapping[str, str] | None, *, scheduling: bool = False
+) -> dict[str, str]:
+    """Keys of the TrainJob's labels or annotations that may be copied to a child; with
+    `scheduling` (the RayJob and the pods), the scheduler keys too."""
     out: dict[str, str] = {}
     for key, value in (source or {}).items():
+        if key in SCHEDULER_KEYS:
+            if scheduling:
+                out[key] = value
+            continue
         if is_denied(key):
             continue
         if "/" not in key or key in ALLOWED_KEYS:
@@ -110,9 +153,11 @@ def owner_reference(meta: Meta) -> dict[str, Any]:
     }
 
 
-def base_labels(meta: Meta, attempt: int | None = None) -> dict[str, str]:
+def base_labels(
+    meta: Meta, attempt: int | None = None, *, scheduling: bool = False
+) -> dict[str, str]:
     """Labels of every child: the allowed parent labels, then our vocabulary (which wins)."""
-    labels = allowed_from_parent(meta.labels)
+    labels = allowed_from_parent(meta.labels, scheduling=scheduling)
     labels[LABEL_TRAINJOB] = meta.name
     labels[LABEL_MANAGED_BY] = MANAGED_BY
     if attempt is not None:
@@ -120,14 +165,16 @@ def base_labels(meta: Meta, attempt: int | None = None) -> dict[str, str]:
     return labels
 
 
-def child_metadata(meta: Meta, name: str, attempt: int | None = None) -> dict[str, Any]:
+def child_metadata(
+    meta: Meta, name: str, attempt: int | None = None, *, scheduling: bool = False
+) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": meta.namespace,
-        "labels": base_labels(meta, attempt),
+        "labels": base_labels(meta, attempt, scheduling=scheduling),
         "ownerReferences": [owner_reference(meta)],
     }
-    annotations = allowed_from_parent(meta.annotations)
+    annotations = allowed_from_parent(meta.annotations, scheduling=scheduling)
     if annotations:
         metadata["annotations"] = annotations
     return metadata

@@ -15,12 +15,19 @@ import copy
 from decimal import Decimal
 from typing import Any
 
-from raytrain_operator.api.v1alpha1 import PlacementStrategy, PodOverrides, TrainJobSpec
+from raytrain_operator.api.v1alpha1 import (
+    NVIDIA_GPU,
+    NetworkProfile,
+    PlacementStrategy,
+    PodOverrides,
+    TrainJobSpec,
+)
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.contract import (
     CONTRACT_DIR,
     CONTRACT_KEY,
     CONTRACT_PATH,
+    gpu_resource_name,
     gpus_per_worker,
 )
 from raytrain_operator.builders.meta import (
@@ -33,7 +40,7 @@ from raytrain_operator.builders.meta import (
 )
 from raytrain_operator.builders.names import contract_configmap_name, runtime_account_name
 
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = NVIDIA_GPU
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 #: Ray's resource for an accelerator type (`ray.util.accelerators`, ScalingConfig).
 RAY_ACCELERATOR_PREFIX = "accelerator_type:"
@@ -79,6 +86,21 @@ SUBMITTER_RESOURCES: dict[str, Any] = {
     "requests": {"cpu": "500m", "memory": "200Mi"},
     "limits": {"cpu": "1", "memory": "1Gi"},
 }
+
+
+#: What each network profile adds to a worker pod: its device resource and NCCL's environment
+#: (api/v1alpha1.py, NetworkSpec, says why each variable is set).
+NETWORK_DEVICE = {
+    NetworkProfile.INFINIBAND: "rdma/ib",
+    NetworkProfile.EFA: "vpc.amazonaws.com/efa",
+}
+NETWORK_ENV = {
+    NetworkProfile.INFINIBAND: {"NCCL_IB_DISABLE": "0", "NCCL_NET": "IB", "NCCL_DEBUG": "WARN"},
+    NetworkProfile.EFA: {"FI_PROVIDER": "efa", "NCCL_DEBUG": "WARN"},
+}
+#: RDMA registers (pins) the buffers it sends from with the NIC: more locked memory than the
+#: default limit allows without it.
+RDMA_CAPABILITY = "IPC_LOCK"
 
 
 def pod_service_account(spec: TrainJobSpec, meta: Meta, overrides: PodOverrides | None) -> str:
@@ -153,22 +175,71 @@ def volume_mounts(spec: TrainJobSpec) -> list[dict[str, Any]]:
     return mounts
 
 
-def worker_resources(spec: TrainJobSpec) -> dict[str, Any]:
-    """Container requests and limits of one worker pod: resourcesPerWorker x workersPerPod."""
+def _scaled(name: str, amount: int | str, per_pod: int) -> str:
+    """One resourcesPerWorker amount given by its Kubernetes name, times workersPerPod."""
+    field = f"spec.scaling.resourcesPerWorker.{name}"
+    value = quantities.parse(amount, field) * per_pod
+    if "/" in name:
+        return quantities.decimal_string(value)
+    return quantities.memory_string(value)
+
+
+def _scaling_resources(spec: TrainJobSpec) -> dict[str, tuple[str, str]]:
+    """Worker pod amounts from scaling and network: resource -> (amount, the field it came from)."""
     res = spec.scaling.resources_per_worker
     per_pod = spec.scaling.workers_per_pod
+    field = "spec.scaling.resourcesPerWorker"
     cpu = quantities.parse(
-        res.cpu if res is not None and res.cpu is not None else 1,
-        "spec.scaling.resourcesPerWorker.cpu",
+        res.cpu if res is not None and res.cpu is not None else 1, f"{field}.cpu"
     )
-    amounts: dict[str, str] = {"cpu": quantities.cpu_string(cpu * per_pod)}
+    amounts: dict[str, tuple[str, str]] = {
+        "cpu": (quantities.cpu_string(cpu * per_pod), f"{field}.cpu")
+    }
     if res is not None and res.memory is not None:
-        memory = quantities.parse(res.memory, "spec.scaling.resourcesPerWorker.memory")
-        amounts["memory"] = quantities.memory_string(memory * per_pod)
+        memory = quantities.parse(res.memory, f"{field}.memory")
+        amounts["memory"] = (quantities.memory_string(memory * per_pod), f"{field}.memory")
+    for name, amount in (res.kubernetes if res is not None else {}).items():
+        amounts[name] = (_scaled(name, amount, per_pod), f"{field}.{name}")
     gpus = gpus_per_worker(spec)
-    if gpus:
-        amounts[GPU_RESOURCE] = str(gpus * per_pod)
-    return {"requests": dict(amounts), "limits": dict(amounts)}
+    gpu_name = gpu_resource_name(spec)
+    if gpus and gpu_name not in amounts:
+        source = (
+            f"{field}.gpu" if res is not None and res.gpu is not None else "spec.scaling.useGpu"
+        )
+        amounts[gpu_name] = (str(gpus * per_pod), source)
+    network = spec.network
+    if network is not None:
+        device = NETWORK_DEVICE[network.profile]
+        if device in amounts:
+            raise ValueError(
+                f"spec.network.profile: {network.profile.value} adds {device} to every worker "
+                f"pod, and {amounts[device][1]} sets it too; remove it from resourcesPerWorker "
+                "(spec.network.devicesPerPod sets how many) or remove spec.network"
+            )
+        amounts[device] = (str(network.devices_per_pod), "spec.network.devicesPerPod")
+    return amounts
+
+
+def worker_resources(spec: TrainJobSpec) -> dict[str, Any]:
+    """Container resources of one worker pod: resourcesPerWorker x workersPerPod, the network
+    profile's devices, then workerTemplate.resources for any other resource (a name both set is
+    refused) and its DRA claims."""
+    ours = _scaling_resources(spec)
+    amounts = {name: amount for name, (amount, _) in ours.items()}
+    out: dict[str, Any] = {"requests": dict(amounts), "limits": dict(amounts)}
+    theirs = (spec.worker_template.resources if spec.worker_template else None) or {}
+    for kind in ("requests", "limits"):
+        for name, amount in (theirs.get(kind) or {}).items():
+            if name in ours:
+                raise ValueError(
+                    f"spec.workerTemplate.resources.{kind}.{name}: {amount!r} conflicts with "
+                    f"{ours[name][1]}, which sets {name} of the workers; set it in one place "
+                    "only (resourcesPerWorker for what each worker needs)"
+                )
+            out[kind][name] = amount
+    if theirs.get("claims"):
+        out["claims"] = copy.deepcopy(theirs["claims"])
+    return out
 
 
 def custom_group_resources(spec: TrainJobSpec) -> dict[str, str]:
@@ -341,7 +412,7 @@ def build_submitter_template(spec: TrainJobSpec, meta: Meta, attempt: int) -> di
     to a node pool keeps all of its pods there, and a submitter scheduled where the head may
     not run would never reach it.
     """
-    labels = base_labels(meta, attempt)
+    labels = base_labels(meta, attempt, scheduling=True)
     labels[LABEL_ROLE] = "submitter"
     container: dict[str, Any] = {
         "name": SUBMITTER_CONTAINER,
@@ -365,20 +436,74 @@ def build_submitter_template(spec: TrainJobSpec, meta: Meta, attempt: int) -> di
             pod["affinity"] = copy.deepcopy(head.affinity)
         if head.priority_class_name:
             pod["priorityClassName"] = head.priority_class_name
+        if head.image_pull_secrets:
+            # The submitter runs the head's image: it needs the same credentials to pull it.
+            pod["imagePullSecrets"] = copy.deepcopy(head.image_pull_secrets)
     harden_pod(pod, None)
     metadata: dict[str, Any] = {"labels": labels}
-    annotations = allowed_from_parent(meta.annotations)
+    annotations = allowed_from_parent(meta.annotations, scheduling=True)
     if annotations:
         metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": pod}
 
 
-def _env(spec: TrainJobSpec, meta: Meta, overrides: PodOverrides | None) -> list[dict[str, Any]]:
-    """Our variables first; the user's extra ones after, minus any that would shadow ours."""
+def _env(
+    spec: TrainJobSpec, meta: Meta, overrides: PodOverrides | None, role: str
+) -> list[dict[str, Any]]:
+    """Our variables first; the user's extra ones after, minus any that would shadow ours. The
+    network profile's NCCL variables are defaults: the user's of the same name win."""
     ours = contract_env(meta) + storage_env(spec)
     names = {e["name"] for e in ours}
     extra = [e for e in (overrides.env if overrides else None) or [] if e.get("name") not in names]
-    return ours + copy.deepcopy(extra)
+    theirs = {e.get("name") for e in extra}
+    network: list[dict[str, Any]] = []
+    if role == "worker" and spec.network is not None:
+        network = [
+            {"name": name, "value": value}
+            for name, value in NETWORK_ENV[spec.network.profile].items()
+            if name not in theirs and name not in names
+        ]
+    return ours + network + copy.deepcopy(extra)
+
+
+def check_mounts(spec: TrainJobSpec, mounts: list[dict[str, Any]], field: str) -> None:
+    """Refuse a user mount where the builders mount the contract, /dev/shm or the claim (the
+    CRD's rules say the same; this also covers specs that never went through the API server)."""
+    taken = [(CONTRACT_DIR, "the contract"), (SHM_PATH, "/dev/shm")]
+    if spec.storage.pvc is not None:
+        taken.append((spec.storage.pvc.mount_path.rstrip("/"), "spec.storage.pvc.mountPath"))
+    ours = {CONTRACT_VOLUME, STORAGE_VOLUME, SHM_VOLUME}
+    for mount in mounts:
+        path = str(mount.get("mountPath", "")).rstrip("/")
+        if mount.get("name") in ours:
+            raise ValueError(
+                f"{field}: the volume {mount.get('name')!r} is mounted by the operator; mount a "
+                "volume of your own"
+            )
+        for used, what in taken:
+            if path == used or path.startswith(used + "/") or used.startswith(path + "/"):
+                raise ValueError(
+                    f"{field}: mountPath {mount.get('mountPath')!r} collides with {used} "
+                    f"({what}, mounted by the operator); choose another directory such as "
+                    "/data/cache"
+                )
+
+
+def apply_pod_surface(pod: dict[str, Any], overrides: PodOverrides) -> None:
+    """The pod-level settings the user's override passes through as written."""
+    if overrides.image_pull_secrets:
+        pod["imagePullSecrets"] = copy.deepcopy(overrides.image_pull_secrets)
+    if overrides.scheduler_name:
+        pod["schedulerName"] = overrides.scheduler_name
+    if overrides.runtime_class_name:
+        pod["runtimeClassName"] = overrides.runtime_class_name
+    if overrides.host_network:
+        pod["hostNetwork"] = True
+        # Without it a host-network pod resolves names with the node's resolver, and the Ray
+        # workers could no longer find the head's Service.
+        pod["dnsPolicy"] = "ClusterFirstWithHostNet"
+    if overrides.resource_claims:
+        pod["resourceClaims"] = copy.deepcopy(overrides.resource_claims)
 
 
 def build_pod_template(
@@ -386,9 +511,9 @@ def build_pod_template(
 ) -> dict[str, Any]:
     """The pod template of the head (`role="head"`) or the workers (`role="worker"`)."""
     labels = without_denied(overrides.labels if overrides else None)
-    labels.update(base_labels(meta, attempt))
+    labels.update(base_labels(meta, attempt, scheduling=True))
     labels[LABEL_ROLE] = role
-    annotations = allowed_from_parent(meta.annotations)
+    annotations = allowed_from_parent(meta.annotations, scheduling=True)
     annotations.update(without_denied(overrides.annotations if overrides else None))
 
     if role == "head":
@@ -397,6 +522,12 @@ def build_pod_template(
         )
     else:
         resources = worker_resources(spec)
+    claims = list((overrides.resource_claims if overrides else None) or [])
+    if claims and not resources.get("claims"):
+        resources["claims"] = [{"name": claim["name"]} for claim in claims]
+    field = "spec.head" if role == "head" else "spec.workerTemplate"
+    user_mounts = list((overrides.volume_mounts if overrides else None) or [])
+    check_mounts(spec, user_mounts, f"{field}.volumeMounts")
 
     memory_field = (
         "spec.head.resources.limits.memory"
@@ -406,9 +537,13 @@ def build_pod_template(
     container: dict[str, Any] = {
         "name": HEAD_CONTAINER if role == "head" else WORKER_CONTAINER,
         "image": spec.image,
-        "env": _env(spec, meta, overrides),
+        "env": _env(spec, meta, overrides, role),
         "resources": resources,
-        "volumeMounts": [*volume_mounts(spec), {"name": SHM_VOLUME, "mountPath": SHM_PATH}],
+        "volumeMounts": [
+            *volume_mounts(spec),
+            {"name": SHM_VOLUME, "mountPath": SHM_PATH},
+            *copy.deepcopy(user_mounts),
+        ],
     }
     if spec.image_pull_policy:
         container["imagePullPolicy"] = spec.image_pull_policy
@@ -421,9 +556,15 @@ def build_pod_template(
         "volumes": [
             *volumes(spec, meta),
             shm_volume(shm_size_limit(resources, memory_field)),
+            *copy.deepcopy((overrides.volumes if overrides else None) or []),
         ],
     }
     harden_pod(pod, overrides.termination_grace_period_seconds if overrides else None)
+    if role == "worker" and spec.network is not None:
+        # Explicit and only where RDMA runs: every other capability stays dropped.
+        container["securityContext"]["capabilities"]["add"] = [RDMA_CAPABILITY]
+    if overrides is not None:
+        apply_pod_surface(pod, overrides)
     ours = placement_affinity(spec, meta) if role == "worker" else {}
     affinity = merge_affinity(ours, overrides.affinity if overrides else None)
     if affinity:
@@ -433,7 +574,11 @@ def build_pod_template(
         pod["topologySpreadConstraints"] = spread
     tolerations = list(copy.deepcopy(overrides.tolerations or [])) if overrides else []
     if role == "worker" and gpus_per_worker(spec) > 0:
-        gpu_toleration = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+        gpu_toleration = {
+            "key": gpu_resource_name(spec),
+            "operator": "Exists",
+            "effect": "NoSchedule",
+        }
         if gpu_toleration not in tolerations:
             tolerations.append(gpu_toleration)
     if tolerations:

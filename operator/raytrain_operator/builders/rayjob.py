@@ -162,7 +162,7 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
     """The RayJob manifest. `suspend` is decided by the caller (user suspend, Kueue)."""
     spec = trainjob.spec
     replicas, min_replicas, max_replicas = worker_replicas(trainjob)
-    metadata = child_metadata(meta, rayjob_name(meta.name, attempt), attempt)
+    metadata = child_metadata(meta, rayjob_name(meta.name, attempt), attempt, scheduling=True)
     if spec.queue_name:
         metadata["labels"][KUEUE_QUEUE_LABEL] = spec.queue_name
     annotations = metadata.setdefault("annotations", {})
