@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
@@ -163,62 +163,67 @@ _LabelValue = Annotated[
 #: Container resources as core/v1 ResourceRequirements: requests and limits of quantities.
 _RESOURCES_SCHEMA: JsonDict = {
     "type": "object",
-    "properties": {
-        kind: {
-            "type": "object",
-            "description": f"Resource {kind}, by resource name (cpu, memory, nvidia.com/gpu...).",
-            "maxProperties": 16,
-            "x-kubernetes-validations": [
-                _rule(
-                    "self.all(k, size(k) <= 253 && (k in ['cpu', 'memory', 'ephemeral-storage'] "
-                    "|| k.startsWith('hugepages-') || k.contains('/')))",
-                    f"spec.*.resources.{kind}: a resource is cpu, memory, ephemeral-storage, "
-                    "hugepages-<size> or a name with a domain such as nvidia.com/gpu",
-                )
-            ],
-            "additionalProperties": {
-                "x-kubernetes-int-or-string": True,
-                "maxLength": 64,
+    "properties": cast(
+        JsonDict,
+        {
+            kind: {
+                "type": "object",
+                "description": f"Resource {kind}, by resource name "
+                "(cpu, memory, nvidia.com/gpu...).",
+                "maxProperties": 16,
                 "x-kubernetes-validations": [
                     _rule(
-                        "type(self) == int ? self >= 0 : (isQuantity(self) && "
-                        "quantity(self).compareTo(quantity('0')) >= 0 && "
-                        "quantity(self).compareTo(quantity('1Ei')) <= 0)",
-                        f"spec.*.resources.{kind}: every amount must be a Kubernetes quantity "
-                        "between 0 and 1Ei (e.g. 2, 500m, 8Gi)",
+                        "self.all(k, size(k) <= 253 && "
+                        "(k in ['cpu', 'memory', 'ephemeral-storage'] "
+                        "|| k.startsWith('hugepages-') || k.contains('/')))",
+                        f"spec.*.resources.{kind}: a resource is cpu, memory, ephemeral-storage, "
+                        "hugepages-<size> or a name with a domain such as nvidia.com/gpu",
                     )
                 ],
-            },
-        }
-        for kind in ("requests", "limits")
-    }
-    | {
-        "claims": {
-            "type": "array",
-            "maxItems": 32,
-            "description": "Dynamic resource claims (DRA) the Ray container uses, by the name "
-            "of an entry of resourceClaims. Unset: every entry of resourceClaims.",
-            "items": {
-                "type": "object",
-                "required": ["name"],
-                "properties": {
-                    "name": {
-                        "type": "string",
-                        "maxLength": 63,
-                        "pattern": DNS_LABEL,
-                        "description": "Name of an entry of resourceClaims.",
-                    },
-                    "request": {
-                        "type": "string",
-                        "maxLength": 63,
-                        "pattern": DNS_LABEL,
-                        "description": "One request of the claim; unset: all of them.",
-                    },
+                "additionalProperties": {
+                    "x-kubernetes-int-or-string": True,
+                    "maxLength": 64,
+                    "x-kubernetes-validations": [
+                        _rule(
+                            "type(self) == int ? self >= 0 : (isQuantity(self) && "
+                            "quantity(self).compareTo(quantity('0')) >= 0 && "
+                            "quantity(self).compareTo(quantity('1Ei')) <= 0)",
+                            f"spec.*.resources.{kind}: every amount must be a Kubernetes quantity "
+                            "between 0 and 1Ei (e.g. 2, 500m, 8Gi)",
+                        )
+                    ],
                 },
-                "additionalProperties": False,
-            },
+            }
+            for kind in ("requests", "limits")
         }
-    },
+        | {
+            "claims": {
+                "type": "array",
+                "maxItems": 32,
+                "description": "Dynamic resource claims (DRA) the Ray container uses, by the name "
+                "of an entry of resourceClaims. Unset: every entry of resourceClaims.",
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {
+                        "name": {
+                            "type": "string",
+                            "maxLength": 63,
+                            "pattern": DNS_LABEL,
+                            "description": "Name of an entry of resourceClaims.",
+                        },
+                        "request": {
+                            "type": "string",
+                            "maxLength": 63,
+                            "pattern": DNS_LABEL,
+                            "description": "One request of the claim; unset: all of them.",
+                        },
+                    },
+                    "additionalProperties": False,
+                },
+            }
+        },
+    ),
     "additionalProperties": False,
     "x-kubernetes-validations": [
         _rule(
