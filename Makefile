@@ -53,7 +53,8 @@ prereqs:
 	bash scripts/helm.sh >/dev/null
 	bash e2e/images/build.sh
 
-demo: install
+# On real pods it needs the real node and the images too: prereqs builds them (cached).
+demo: install prereqs
 	bash scripts/demo.sh
 
 # import-linter runs through the interpreter: it has no `python -m` entry, and its console

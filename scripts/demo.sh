@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
 # `make demo`: the whole flow on one machine.
 #
+# On real pods (the default where it can run: root, iproute2, Go; `make demo` builds what it
+# needs first with `make prereqs`): scripts/demo_realnode.py, inside a network namespace of its
+# own, starts the local control plane with one real node, imports our two images, installs the
+# chart (the operator runs as a pod), applies examples/digits.yaml and follows it to Succeeded
+# on a real Ray head and two real workers, then stops everything again.
+#
+# DEMO_MODE=harness (or where a real node cannot run: not root, no `ip`) runs the older flow,
+# where the pods are KWOK's and never execute:
+#
 #   1. the local control plane (Kubernetes 1.36 + KWOK fake GPU nodes + the KubeRay operator),
 #      built from Go modules the first time and cached under ~/.cache/raytrain;
 #   2. MinIO on 127.0.0.1 as the S3 checkpoint store;
@@ -13,9 +22,11 @@
 #   6. `kubectl get rtj -w` shows it go through Running with progress to Succeeded, and the
 #      checkpoints are listed from the bucket.
 #
-# Environment: DEMO_NAMESPACE (default raytrain-demo), DEMO_EPOCHS (default: the example's),
-# DEMO_KEEP=1 keeps MinIO and the operator running at the end, DEMO_KUBECONFIG uses a running
-# cluster of this kind instead of starting one. The cluster stays up either way
+# Environment: DEMO_MODE (realnode or harness; default realnode where it can run),
+# DEMO_NAMESPACE (default raytrain-demo), DEMO_EPOCHS (default: the example's). Harness mode
+# only: DEMO_KEEP=1 keeps MinIO and the operator running at the end, DEMO_KUBECONFIG uses a
+# running cluster of this kind instead of starting one (and picks harness mode when
+# DEMO_MODE is unset); the cluster stays up either way
 # (`make cluster-down` stops it).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,6 +36,22 @@ source e2e/controlplane/versions.sh
 
 NS="${DEMO_NAMESPACE:-raytrain-demo}"
 PYTHON="${PYTHON:-python}"
+mode="${DEMO_MODE:-}"
+if [[ -z "$mode" ]]; then
+  # A given cluster (DEMO_KUBECONFIG) is used as it is: the harness flow.
+  if [[ -z "${DEMO_KUBECONFIG:-}" && "$(id -u)" == 0 ]] && command -v ip >/dev/null; then
+    mode=realnode
+  else
+    mode=harness
+  fi
+fi
+if [[ "$mode" == realnode ]]; then
+  "$PYTHON" -c 'import raytrain_operator, yaml, boto3' 2>/dev/null ||
+    { echo "demo: the project is not installed; run the demo with: make demo" >&2; exit 1; }
+  exec bash e2e/netns/run.sh "$PYTHON" scripts/demo_realnode.py
+fi
+[[ "$mode" == harness ]] || { echo "demo: DEMO_MODE=$mode: expected realnode or harness" >&2; exit 2; }
+
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf '\ndemo: %s\n' "$*" >&2; exit 1; }
 
