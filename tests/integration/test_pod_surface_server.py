@@ -1,0 +1,89 @@
+"""KubeRay's RayJob schema keeps every pod field a TrainJob can now set.
+
+The API server prunes fields a CRD's schema does not know, silently: a RayJob built with
+volumes, DRA claims or a host network that KubeRay's schema lacked would be stored without
+them. The operator builds the RayJob of a TrainJob that uses every new field, and the stored
+RayJob must still hold each one.
+"""
+
+from __future__ import annotations
+
+import pytest
+from _wait import wait_for
+from conftest import KubeCluster
+from test_operator import T_CREATE, Operator, crds, create, get, operator, secret, trainjob
+
+pytestmark = pytest.mark.integration
+__all__ = ["crds", "operator"]  # fixtures used by name
+
+POD = {
+    "volumes": [{"name": "cache", "emptyDir": {"sizeLimit": "10Gi"}}],
+    "volumeMounts": [{"name": "cache", "mountPath": "/data/cache", "readOnly": False}],
+    "imagePullSecrets": [{"name": "registry"}],
+    "schedulerName": "volcano",
+    "runtimeClassName": "nvidia",
+    "hostNetwork": True,
+    "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "eight-gpus"}],
+    "labels": {"kai.scheduler/queue": "team-a"},
+    "annotations": {"kueue.x-k8s.io/podset-preferred-topology": "example.com/rack"},
+}
+
+
+def test_every_new_pod_field_survives_kuberays_schema(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    name = "surface"
+    create(kube_cluster, namespace, secret(f"{name}-s3"))
+    job = trainjob(
+        name,
+        scaling={
+            "numWorkers": 2,
+            "useGpu": True,
+            "resourcesPerWorker": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 1},
+        },
+        network={"profile": "infiniband", "devicesPerPod": 1},
+        head={**POD, "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "2Gi"}}},
+        workerTemplate={**POD, "resources": {"limits": {"ephemeral-storage": "20Gi"}}},
+    )
+    job["metadata"]["labels"]["volcano.sh/queue-name"] = "research"
+    job["metadata"]["annotations"] = {"argocd.argoproj.io/tracking-id": "app:x"}
+    create(kube_cluster, namespace, job)
+
+    stored = wait_for(
+        lambda: get(kube_cluster, namespace, "rayjobs.ray.io", f"{name}-0"),
+        timeout=T_CREATE,
+        what="the RayJob the operator builds",
+    )
+    assert stored is not None
+    labels = stored["metadata"]["labels"]
+    assert labels["volcano.sh/queue-name"] == "research"
+    assert "app.kubernetes.io/instance" not in labels
+    assert "argocd.argoproj.io/tracking-id" not in (stored["metadata"].get("annotations") or {})
+    cluster = stored["spec"]["rayClusterSpec"]
+    templates = {
+        "head": cluster["headGroupSpec"]["template"],
+        "worker": cluster["workerGroupSpecs"][0]["template"],
+    }
+    for role, template in templates.items():
+        pod = template["spec"]
+        ray = pod["containers"][0]
+        assert {"name": "cache", "emptyDir": {"sizeLimit": "10Gi"}} in pod["volumes"], role
+        assert any(m["mountPath"] == "/data/cache" for m in ray["volumeMounts"]), role
+        assert pod["imagePullSecrets"] == [{"name": "registry"}], role
+        assert pod["schedulerName"] == "volcano", role
+        assert pod["runtimeClassName"] == "nvidia", role
+        assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet", role
+        assert pod["resourceClaims"] == POD["resourceClaims"], role
+        assert ray["resources"]["claims"] == [{"name": "gpus"}], role
+        assert template["metadata"]["labels"]["kai.scheduler/queue"] == "team-a", role
+        assert template["metadata"]["labels"]["volcano.sh/queue-name"] == "research", role
+        annotations = template["metadata"]["annotations"]
+        assert annotations["kueue.x-k8s.io/podset-preferred-topology"] == "example.com/rack"
+    worker = templates["worker"]["spec"]["containers"][0]
+    assert worker["resources"]["limits"]["rdma/ib"] == "1"
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert worker["resources"]["limits"]["ephemeral-storage"] == "20Gi"
+    assert worker["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+    assert {e["name"]: e.get("value") for e in worker["env"]}["NCCL_NET"] == "IB"
+    submitter = stored["spec"]["submitterPodTemplate"]["spec"]
+    assert submitter["imagePullSecrets"] == [{"name": "registry"}]
