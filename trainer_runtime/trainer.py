@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytrain_contract import Contract
+from trainer_runtime import runlog as runlog_module
 from trainer_runtime.datawait import start_watch
 from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
 from trainer_runtime.reporter import FAILED, SUCCEEDED, Reporter, total_epochs
+from trainer_runtime.runlog import RunLog, worker_error_text
 from trainer_runtime.storage import StorageTarget, resolve_uri, storage_target
 
 log = logging.getLogger("trainer_runtime")
@@ -59,6 +61,8 @@ def _make_bridge(queue: Any, target: StorageTarget) -> Any:
         def after_exception(self, run_context: Any, worker_exceptions: Any) -> None:
             try:
                 queue.put_nowait(("error", describe_worker_errors(worker_exceptions), None))
+                details = {r: worker_error_text(e) for r, e in worker_exceptions.items()}
+                queue.put_nowait(("worker_errors", details, None))
             except Exception:
                 log.exception("could not forward a worker error")
 
@@ -316,13 +320,20 @@ def report_queue() -> Any:
     )
 
 
-def _drain(queue: Any, reporter: Reporter, stop: threading.Event) -> None:
+def _drain(
+    queue: Any, reporter: Reporter, stop: threading.Event, runlog: RunLog | None = None
+) -> None:
     from ray.util.queue import Empty
 
     def apply(item: tuple[str, Any, Any]) -> None:
         kind, payload, uri = item
         if kind == "report":
             reporter.on_report(payload, uri)
+            if runlog is not None:
+                runlog.metric(payload, uri, step=reporter.state.step)
+        elif kind == "worker_errors":
+            if runlog is not None:
+                runlog.worker_errors(payload)
         else:
             reporter.on_worker_error(payload)
 
@@ -356,17 +367,44 @@ def set_poll_interval() -> None:
     os.environ.setdefault(HEALTH_CHECK_INTERVAL_S_ENV_VAR, POLL_INTERVAL_S)
 
 
+def open_run_log(target: StorageTarget, contract: Contract, attempt: int) -> RunLog | None:
+    """The attempt's run log (driver output, metrics, worker errors) in checkpoint storage."""
+    try:
+        return runlog_module.open_run_log(target, contract.run_name, attempt)
+    except Exception as exc:  # the run log must never stop training
+        log.warning("no run log for this attempt: %s: %s", type(exc).__name__, exc)
+        return None
+
+
 def run_training(contract: Contract, reporter: Reporter) -> int:
     """Run the contract on the Ray cluster ``ray.init`` connected to; return the exit code.
 
-    The reporter gets every report and, last, the terminal outcome.
+    The reporter gets every report and, last, the terminal outcome. The driver's output, the
+    metrics and any worker's error also go to the attempt's run log in checkpoint storage
+    (trainer_runtime/runlog.py).
     """
     reporter.start()
+    try:
+        target = storage_target(contract.storage)
+    except (OSError, ValueError) as exc:
+        message = str(exc)
+        log.error("%s", message)
+        reporter.finish(FAILED, message)
+        return EXIT_BAD_INPUT
+    runlog = open_run_log(target, contract, reporter.state.attempt)
+    if runlog is None:
+        return _run_training(contract, reporter, target, None)
+    with runlog_module.capture_driver_output(runlog):
+        return _run_training(contract, reporter, target, runlog)
+
+
+def _run_training(
+    contract: Contract, reporter: Reporter, target: StorageTarget, runlog: RunLog | None
+) -> int:
     try:
         _require_train_v2()
         set_poll_interval()
         train_fn = load_entrypoint(contract.entrypoint)
-        target = storage_target(contract.storage)
     except (EntrypointError, RuntimeError, OSError, ValueError) as exc:
         message = str(exc)
         log.error("%s", message)
@@ -389,7 +427,7 @@ def run_training(contract: Contract, reporter: Reporter) -> int:
 
     queue = report_queue()
     stop = threading.Event()
-    drainer = threading.Thread(target=_drain, args=(queue, reporter, stop), daemon=True)
+    drainer = threading.Thread(target=_drain, args=(queue, reporter, stop, runlog), daemon=True)
     drainer.start()
     watch: tuple[threading.Event, threading.Thread] | None = None
     if contract.datasets:
@@ -429,6 +467,10 @@ def run_training(contract: Contract, reporter: Reporter) -> int:
         message = describe_training_failure(exc)
         log.error("%s\n%s", message, traceback.format_exc())
         _stop(stop, drainer, watch)
+        failures = getattr(exc, "worker_failures", None)
+        if runlog is not None and isinstance(failures, dict) and failures:
+            # Also here: the controller's own copy may not have reached the queue.
+            runlog.worker_errors({r: worker_error_text(e) for r, e in failures.items()})
         reporter.finish(FAILED, message)
         return EXIT_TRAINING_FAILED
     _stop(stop, drainer, watch)

@@ -1,0 +1,85 @@
+"""Real local runs leave their run log under ``<storage>/<run>/attempt-<N>/``: the driver's
+output, one metrics line per report, and a failed worker's error, on a mounted path and on S3."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raytrain_contract import load_contract
+from trainer_runtime.local import run_local
+from trainer_runtime.reporter import RecordingTransport
+
+pytestmark = [pytest.mark.runtime, pytest.mark.usefixtures("ray_local")]
+
+
+def test_a_finished_run_leaves_driver_log_and_metrics_beside_its_checkpoints(
+    make_doc: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trainer_runtime")  # the pod's level (basicConfig)
+    store = tmp_path / "store"
+    doc = make_doc(
+        config={"epochs": 2, "lr": 0.1, "seed": 0}, storage={"type": "pvc", "path": str(store)}
+    )
+    sink = RecordingTransport()
+    assert run_local(load_contract(doc), display=False, transport=sink, min_interval=0) == 0
+
+    run_dir = store / doc["runName"]
+    attempt = run_dir / "attempt-0"
+    assert sorted(p.name for p in attempt.iterdir()) == ["driver.log", "metrics.jsonl"]
+    driver = (attempt / "driver.log").read_text()
+    assert f"run {doc['runName']}, attempt 0: 2 workers" in driver
+    assert f"run {doc['runName']} finished" in driver
+
+    lines = [json.loads(line) for line in (attempt / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in lines] == [0, 1]
+    assert [r["step"] for r in lines] == [1, 2]
+    assert all(r["checkpoint"] and r["checkpoint"].startswith(str(run_dir)) for r in lines)
+    assert all("loss" in r["metrics"] and isinstance(r["time"], float) for r in lines)
+    # Nothing of the run log is inside a checkpoint directory.
+    for ckpt in run_dir.glob("checkpoint_*"):
+        names = {p.name for p in ckpt.rglob("*")}
+        assert not names & {"driver.log", "metrics.jsonl"}, names
+
+
+def test_a_raising_loop_leaves_each_workers_error_on_s3(s3_env: Any, make_doc: Any) -> None:
+    prefix = f"runlog-{uuid.uuid4().hex[:8]}"
+    storage = {
+        "type": "s3",
+        "path": f"s3://{s3_env.bucket}/{prefix}",
+        "endpoint": s3_env.endpoint,
+        "region": "us-east-1",
+    }
+    doc = make_doc(
+        entrypoint="tests/runtime/loops.py:raising_loop", config={"epochs": 2}, storage=storage
+    )
+    sink = RecordingTransport()
+    assert run_local(load_contract(doc), display=False, transport=sink, min_interval=0) == 1
+
+    base = f"{prefix}/{doc['runName']}/attempt-0/"
+    keys = sorted(k.removeprefix(base) for k in s3_env.keys(base))
+    assert keys == [
+        "driver.log",
+        "metrics.jsonl",
+        "worker-0.error.txt",
+        "worker-1.error.txt",
+    ], keys
+
+    def body(name: str) -> str:
+        obj = s3_env.client().get_object(Bucket=s3_env.bucket, Key=base + name)
+        return str(obj["Body"].read().decode())
+
+    error = body("worker-1.error.txt")
+    assert "exception: builtins.ValueError" in error
+    assert "message: label tensor has shape (3, 7), expected (64,)" in error
+    assert 'loops.py", line' in error and "raise ValueError" in error
+    assert "training failed: worker 0: ValueError" in body("driver.log")
+    metrics = [json.loads(line) for line in body("metrics.jsonl").splitlines()]
+    assert [(r["epoch"], r["metrics"]["loss"], r["checkpoint"]) for r in metrics] == [
+        (0, 1.0, None)
+    ]
