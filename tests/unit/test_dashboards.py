@@ -558,6 +558,24 @@ def test_pod_monitor_values(helm: str, pod_monitor: dict[str, Any]) -> None:
     assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("15s", "5s")
 
 
+def test_lint_is_clean_with_both_on(helm: str) -> None:
+    full = CHART / "ci" / "full-values.yaml"
+    args = ["--set", "podMonitor.enabled=true", "--set", "dashboards.namespace=monitoring"]
+    proc = subprocess.run(
+        [helm, "lint", "--strict", str(CHART), "-f", str(full), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    docs = render(helm, "-f", str(full), *args)
+    (monitor,) = of_kind(docs, "PodMonitor")
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b", "team-c"]}
+    (configmap,) = of_kind(docs, "ConfigMap")
+    assert configmap["metadata"]["labels"]["team"] == "ml-platform"
+    assert configmap["metadata"]["namespace"] == "monitoring"
+
+
 @pytest.mark.parametrize(
     ("flag", "complaint"),
     [
