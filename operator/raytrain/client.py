@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+import pydantic
 import urllib3
 from kubernetes import client, utils, watch
 from kubernetes.client.exceptions import ApiException
@@ -40,12 +41,16 @@ from raytrain.errors import (
 )
 from raytrain.models import Checkpoints, Event, TrainJob
 from raytrain_operator.api import v1alpha1 as api
+from raytrain_operator.builders import reader
+from raytrain_operator.builders.meta import Meta
 from raytrain_operator.builders.pods import SUBMITTER_CONTAINER
 from raytrain_operator.cli import driverlog
 
 Callback = Callable[[TrainJob], None]
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 StatusSet = str | Iterable[str]
+#: How long a log reader pod may take to pull its image, start and print a file.
+READER_TIMEOUT_S = 300.0
 
 
 class TrainJobClient:
@@ -437,17 +442,42 @@ class TrainJobClient:
         tail_lines: int | None = None,
         namespace: str | None = None,
         on_wait: Callable[[str], None] | None = None,
+        attempt: int | None = None,
+        worker: int | None = None,
+        metrics: bool = False,
     ) -> Iterator[str]:
-        """The training driver's output, line by line: the log of the pod KubeRay's submitter
-        Job runs for the current attempt (it follows the Ray job's driver).
+        """The training driver's output, line by line.
 
-        Without `follow`, what is there now; LogsUnavailableError says why when nothing is.
-        With `follow`, waits for the submitter pod to start (`on_wait` hears why it waits),
-        then streams until the driver ends.
+        The current attempt's driver is read live from the pod KubeRay's submitter Job runs (it
+        follows the Ray job's driver). Without `follow`, what is there now; with `follow`, waits
+        for the submitter pod to start (`on_wait` hears why it waits), then streams until the
+        driver ends.
+
+        An earlier `attempt`, a `worker`'s error (`worker-<rank>.error.txt`), the `metrics`
+        history (`metrics.jsonl`), and the current attempt's driver once its submitter pod is gone
+        (a failed, finished or suspended job) are read from what the runtime stored beside the
+        checkpoints, through a short-lived pod in the job's namespace (`raytrain-log-reader`
+        below); that needs RBAC to create, watch and delete pods and to read pods/log there.
+        LogsUnavailableError says why when there is nothing to read.
         """
         ns = self._ns(namespace)
         obj = self._get(name, ns)
         job = TrainJob.from_object(obj)
+        say = on_wait or (lambda _: None)
+        if attempt is not None and (attempt < 0 or attempt > job.attempt):
+            raise LogsUnavailableError(
+                driverlog.attempt_not_started(name, attempt, job.attempt, job.phase)
+            )
+        file_name = reader.stored_file_name(worker=worker, metrics=metrics)
+        ended = job.phase in driverlog.FINAL_PHASES or job.suspended
+        if (
+            worker is not None
+            or metrics
+            or (attempt is not None and (attempt != job.attempt or ended))
+        ):
+            return self._stored_log(
+                obj, ns, job.attempt if attempt is None else attempt, file_name, tail_lines, say
+            )
         rayjob = job.ray_job_name
         if not rayjob:
             raise LogsUnavailableError(
@@ -458,11 +488,17 @@ class TrainJobClient:
         if tail_lines is not None and tail_lines >= 0:
             kwargs["tail_lines"] = tail_lines
         if follow:
-            pod_name = self._wait_for_submitter(ns, name, rayjob, on_wait or (lambda _: None))
+            try:
+                pod_name = self._wait_for_submitter(ns, name, rayjob, say)
+            except LogsUnavailableError as exc:
+                return self._stored_instead(obj, ns, job.attempt, tail_lines, say, str(exc))
             return self._stream_log(pod_name, ns, kwargs)
         pod, _ = self._submitter_pod(ns, rayjob)
         if pod is None:
-            raise LogsUnavailableError(self._missing(ns, job, rayjob))
+            missing = self._missing(ns, job, rayjob)
+            if ended:
+                return self._stored_instead(obj, ns, job.attempt, tail_lines, say, missing)
+            raise LogsUnavailableError(missing)
         state = driverlog.container_state(pod, SUBMITTER_CONTAINER)
         if not state.started:
             raise LogsUnavailableError(
@@ -472,6 +508,135 @@ class TrainJobClient:
         with self._api(f"reading the log of pod {ns}/{pod_name}", ns):
             text = self._core.read_namespaced_pod_log(pod_name, ns, **kwargs)
         return iter(str(text).splitlines())
+
+    # ------------------------------------------------------------------ stored logs
+
+    def _stored_instead(
+        self,
+        obj: dict[str, Any],
+        namespace: str,
+        attempt: int,
+        tail_lines: int | None,
+        on_wait: Callable[[str], None],
+        live_message: str,
+    ) -> Iterator[str]:
+        """The stored driver log when the live one is gone; both reasons when neither is."""
+        try:
+            on_wait(f"{live_message}; reading the stored driver log of attempt {attempt}")
+            return self._stored_log(
+                obj, namespace, attempt, reader.DRIVER_LOG, tail_lines, lambda _: None
+            )
+        except LogsUnavailableError as exc:
+            raise LogsUnavailableError(f"{live_message}. Stored logs: {exc}") from exc
+
+    def _stored_log(
+        self,
+        obj: dict[str, Any],
+        namespace: str,
+        attempt: int,
+        file_name: str,
+        tail_lines: int | None,
+        on_wait: Callable[[str], None],
+    ) -> Iterator[str]:
+        """Read one stored file of an attempt through a reader pod, deleted before returning."""
+        meta = Meta.from_metadata(obj.get("metadata") or {})
+        name = meta.name
+        try:
+            spec = api.TrainJob.model_validate(
+                {"metadata": obj.get("metadata") or {}, "spec": obj.get("spec") or {}}
+            ).spec
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "spec"
+            raise LogsUnavailableError(
+                driverlog.no_storage_message(name, attempt, f"{where}: {first['msg']}")
+            ) from exc
+        path = f"{reader.attempt_dir(spec, meta, attempt)}/{file_name}"
+        manifest = reader.build_reader_pod(spec, meta, attempt, path)
+        what = f"creating a log reader pod in namespace {namespace!r}"
+        try:
+            created = self._core.create_namespaced_pod(namespace, manifest)
+        except ApiException as exc:
+            if exc.status == 403:
+                raise LogsUnavailableError(
+                    driverlog.reader_forbidden_message(name, namespace, api_message(exc))
+                ) from exc
+            raise self._error(exc, what, namespace, None) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise ClusterUnreachableError(f"{what}: {exc}") from exc
+        pod_name = str(created.metadata.name)
+        try:
+            on_wait(f"reading {path} with pod {pod_name}")
+            pod = self._wait_for_reader(namespace, pod_name, on_wait)
+            code, message = driverlog.reader_outcome(pod)
+            if code == reader.EXIT_MISSING:
+                raise LogsUnavailableError(
+                    driverlog.not_stored_message(name, attempt, path, message)
+                )
+            if code != 0:
+                raise LogsUnavailableError(
+                    driverlog.reader_failed_message(
+                        name, attempt, path, pod_name, 1 if code is None else code, message
+                    )
+                )
+            kwargs: dict[str, Any] = {"container": reader.READER_CONTAINER}
+            if tail_lines is not None and tail_lines >= 0:
+                kwargs["tail_lines"] = tail_lines
+            with self._api(f"reading the log of pod {namespace}/{pod_name}", namespace):
+                # Raw bytes: this client turns a "str" response into the repr of its bytes.
+                response = self._core.read_namespaced_pod_log(
+                    pod_name, namespace, _preload_content=False, **kwargs
+                )
+                text = response.data.decode("utf-8", "replace")
+            return iter(text.splitlines())
+        finally:
+            self._delete_reader(namespace, pod_name)
+
+    def _wait_for_reader(
+        self,
+        namespace: str,
+        pod_name: str,
+        on_wait: Callable[[str], None],
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """The reader pod once its container has ended."""
+        timeout = READER_TIMEOUT_S if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        said = ""
+        while True:
+            with self._api(f"reading pod {namespace}/{pod_name}", namespace):
+                found = self._core.read_namespaced_pod(pod_name, namespace)
+            pod: dict[str, Any] = self._api_client.sanitize_for_serialization(found)
+            if driverlog.reader_outcome(pod)[0] is not None:
+                return pod
+            state = driverlog.container_state(pod, reader.READER_CONTAINER)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LogsUnavailableError(
+                    driverlog.reader_stuck_message(pod_name, state.reason or "Running", timeout)
+                )
+            note = f"waiting for the log reader pod {pod_name} ({state.reason or 'Running'})"
+            if note != said:
+                on_wait(note)
+                said = note
+            version = str((pod.get("metadata") or {}).get("resourceVersion") or "")
+            try:
+                for _ in watch.Watch().stream(
+                    self._core.list_namespaced_pod,
+                    namespace,
+                    field_selector=f"metadata.name={pod_name}",
+                    resource_version=version,
+                    timeout_seconds=max(1, min(30, int(remaining))),
+                ):
+                    break
+            except ApiException as exc:
+                if exc.status != 410:
+                    raise self._error(exc, f"watching pod {pod_name}", namespace, None) from exc
+
+    def _delete_reader(self, namespace: str, pod_name: str) -> None:
+        # A pod left behind (no right to delete, API gone) is removed with the TrainJob.
+        with contextlib.suppress(ApiException, urllib3.exceptions.HTTPError):
+            self._core.delete_namespaced_pod(pod_name, namespace, grace_period_seconds=0)
 
     def _stream_log(self, pod_name: str, namespace: str, kwargs: dict[str, Any]) -> Iterator[str]:
         with self._api(f"following the log of pod {namespace}/{pod_name}", namespace):

@@ -6,6 +6,7 @@
     raytrain get digits                            # one job in detail
     raytrain wait digits --for Succeeded           # block until done; exit 1 if it failed
     raytrain logs digits -f                        # the training driver's output
+    raytrain logs digits --attempt 0 --worker 1    # a failed worker's error, stored
     raytrain events digits                         # what happened to it and its pods
     raytrain suspend digits / resume digits        # checkpoint and free the cluster, and back
     raytrain checkpoints digits -o uri             # the latest and best checkpoint URIs
@@ -36,6 +37,12 @@ def _add_namespace(parser: argparse.ArgumentParser, all_namespaces: bool = False
 
 def _add_output(parser: argparse.ArgumentParser, choices: Sequence[str]) -> None:
     parser.add_argument("-o", "--output", choices=list(choices), default=choices[0])
+
+
+def _attempt(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of 0 or more")
+    return int(text)
 
 
 def build_parser(prog: str = "raytrain") -> argparse.ArgumentParser:
@@ -115,15 +122,39 @@ def build_parser(prog: str = "raytrain") -> argparse.ArgumentParser:
 
     logs = sub.add_parser(
         "logs",
-        help="print the training driver's output (KubeRay's submitter pod)",
-        description="Print what the training prints: the log of the pod that KubeRay's "
-        "submitter Job runs for the current attempt (it follows the Ray job's driver).",
+        help="print the training driver's output, an attempt's stored logs, a worker's error",
+        description="Print what the training prints. The current attempt is read live from the "
+        "pod that KubeRay's submitter Job runs (it follows the Ray job's driver). An earlier "
+        "attempt (--attempt), a worker's error (--worker), the metrics history (--metrics), and "
+        "the driver of an attempt whose Ray cluster is gone are read from what the runtime "
+        "stored beside the checkpoints (<storage>/<run>/attempt-N/), through a short-lived pod "
+        "in the job's namespace: that needs RBAC there on pods (create, get, watch, delete) and "
+        "pods/log (get).",
     )
     logs.add_argument("name")
     logs.add_argument(
         "-f", "--follow", action="store_true", help="wait for the pod if needed, then stream"
     )
     logs.add_argument("--tail", type=int, default=-1, help="lines from the end (default all)")
+    logs.add_argument(
+        "--attempt",
+        type=_attempt,
+        metavar="N",
+        help="an attempt's stored logs (0 is the first; default: the current attempt)",
+    )
+    which = logs.add_mutually_exclusive_group()
+    which.add_argument(
+        "--worker",
+        type=_attempt,
+        metavar="I",
+        help="the error of training worker of rank I (stored when that worker failed)",
+    )
+    which.add_argument(
+        "--metrics",
+        action="store_true",
+        help="the metrics history: one JSON line per report (time, epoch, step, metrics, "
+        "checkpoint)",
+    )
     _add_namespace(logs)
 
     delete = sub.add_parser(

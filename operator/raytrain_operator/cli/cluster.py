@@ -161,15 +161,26 @@ def wait(args: argparse.Namespace) -> int:
 
 @_guard
 def logs(args: argparse.Namespace) -> int:
-    """The training driver's output: the log of KubeRay's submitter pod of the current attempt."""
+    """The training driver's output: live from KubeRay's submitter pod of the current attempt,
+    or stored (an earlier attempt, a worker's error, the metrics) read through a reader pod."""
     lines = _client(args).get_job_logs(
         args.name,
         follow=args.follow,
         tail_lines=args.tail if args.tail >= 0 else None,
         on_wait=lambda note: _say(note, err=True),
+        attempt=getattr(args, "attempt", None),
+        worker=getattr(args, "worker", None),
+        metrics=bool(getattr(args, "metrics", False)),
     )
-    for line in lines:
-        print(line)
+    try:
+        for line in lines:
+            print(line)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        close = getattr(lines, "close", None)
+        if close is not None:
+            close()
     return 0
 
 

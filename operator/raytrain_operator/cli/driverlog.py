@@ -112,3 +112,70 @@ def not_started_message(pod: str, state: ContainerState, trainjob: str) -> str:
         f"the submitter pod {pod} has not started yet ({state.reason}); "
         f"`raytrain logs {trainjob} -f` waits for it, `kubectl describe pod {pod}` says why"
     )
+
+
+# -- stored logs (trainer_runtime/runlog.py writes them; builders/reader.py reads them) ----------
+
+#: What a CLI user needs in the job's namespace to read stored logs through a reader pod.
+READER_RBAC = "pods: create, get, watch, delete; pods/log: get"
+
+
+def attempt_not_started(trainjob: str, attempt: int, current: int, phase: str) -> str:
+    return (
+        f"no stored logs for attempt {attempt} of TrainJob {trainjob}: that attempt never "
+        f"started (attempts run from 0; the current one is {current}, phase {phase}); "
+        f"choose --attempt between 0 and {current}"
+    )
+
+
+def no_storage_message(trainjob: str, attempt: int, problem: str) -> str:
+    return (
+        f"no stored logs for attempt {attempt} of TrainJob {trainjob}: its storage is not "
+        f"usable ({problem}); the run log lives in spec.storage beside the checkpoints"
+    )
+
+
+def reader_forbidden_message(trainjob: str, namespace: str, detail: str) -> str:
+    return (
+        f"reading the stored logs of TrainJob {trainjob} needs a short-lived reader pod in "
+        f"namespace {namespace!r}, and your account may not create one ({detail}); ask for "
+        f"RBAC there on {READER_RBAC}"
+    )
+
+
+def reader_outcome(pod: Obj) -> tuple[int | None, str]:
+    """The reader container's exit code and termination message; None while it runs."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        done = (cs.get("state") or {}).get("terminated")
+        if done:
+            return int(done.get("exitCode") or 0), str(done.get("message") or "").strip()
+    phase = (pod.get("status") or {}).get("phase")
+    if phase == "Failed":  # stopped before the container ran: its deadline, an eviction
+        reason = (pod.get("status") or {}).get("reason") or "Failed"
+        return 1, f"the pod failed ({reason}) before its container ran"
+    return None, ""
+
+
+def not_stored_message(trainjob: str, attempt: int, path: str, detail: str) -> str:
+    return (
+        f"no stored log for attempt {attempt} of TrainJob {trainjob} at {path}: "
+        f"{detail or 'no such file'}. A worker's error file exists only for a worker that "
+        f"failed; an attempt whose runtime predates stored logs has none"
+    )
+
+
+def reader_failed_message(
+    trainjob: str, attempt: int, path: str, pod: str, code: int, detail: str
+) -> str:
+    return (
+        f"reading {path} (attempt {attempt} of TrainJob {trainjob}) failed in pod {pod} "
+        f"(exit code {code}): {detail or 'no message'}; the reader uses the job's image and "
+        f"storage settings (spec.image, spec.storage, spec.head.env)"
+    )
+
+
+def reader_stuck_message(pod: str, reason: str, timeout: float) -> str:
+    return (
+        f"the log reader pod {pod} did not finish in {timeout:g} s ({reason}); it has been "
+        f"deleted. `raytrain events` or the namespace's Events say why (image pull, quota)"
+    )

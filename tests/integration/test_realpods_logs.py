@@ -1,0 +1,127 @@
+"""Logs that outlive the Ray cluster, on real pods: a TrainJob whose two attempts fail leaves
+each attempt's driver log, its workers' errors and its metrics in MinIO, and `raytrain logs`
+reads them back through a reader pod that it deletes afterwards.
+
+Needs the real node (marker `realnode`): runs only inside the network namespace that
+`make test` creates (e2e/netns/run.sh), with the images, MinIO and chart of test_realpods.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from _wait import wait_for
+from realpods import pods_of
+from test_realpods import (
+    DIGITS,
+    START_TIMEOUT,
+    TRAIN_TIMEOUT,
+    RealWorld,
+    _apply_digits,
+    _trainjob,
+    real_world,
+)
+
+__all__ = ["real_world"]  # the module-scoped fixture, shared with test_realpods.py
+
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
+
+
+def _logs(world: RealWorld, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "raytrain_operator.cli", "logs", *args, "-n", namespace],
+        env=world.cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _readers(world: RealWorld, namespace: str) -> list[str]:
+    pods = pods_of(world.cluster, namespace, "raytrain.dev/role=log-reader")
+    return [p["metadata"]["name"] for p in pods]
+
+
+def test_failed_attempts_leave_their_logs_after_their_clusters_are_gone(
+    real_world: RealWorld, namespace: str
+) -> None:
+    assert DIGITS.exists()
+    # Every worker fails at once (int("three")); no Ray Train retry; one new cluster.
+    _apply_digits(
+        real_world,
+        namespace,
+        "broken",
+        config={"epochs": "three"},
+        failure={"maxFailures": 0},
+        backoffLimit=1,
+    )
+
+    def failed() -> dict[str, Any] | None:
+        tj = _trainjob(real_world, namespace, "broken")
+        return tj if tj.get("status", {}).get("phase") == "Failed" else None
+
+    tj = wait_for(failed, timeout=START_TIMEOUT * 2 + TRAIN_TIMEOUT, what="broken Failed")
+    assert tj["status"]["attempt"] == 1, json.dumps(tj["status"], indent=1)
+
+    # The first attempt's cluster is long gone: its worker's error is read from storage.
+    worker = _logs(real_world, namespace, "broken", "--attempt", "0", "--worker", "0")
+    assert worker.returncode == 0, worker.stderr
+    assert "exception: builtins.ValueError" in worker.stdout
+    assert "invalid literal for int() with base 10: 'three'" in worker.stdout
+    assert "train.py" in worker.stdout  # the end of the traceback, in the user's loop
+
+    driver = _logs(real_world, namespace, "broken", "--attempt", "0")
+    assert driver.returncode == 0, driver.stderr
+    assert ", attempt 0: 2 workers" in driver.stdout
+    assert "training failed: worker" in driver.stdout
+
+    # The last attempt: the stored driver log once its cluster is gone.
+    last = _logs(real_world, namespace, "broken", "--attempt", "1")
+    assert last.returncode == 0, last.stderr
+    assert ", attempt 1: 2 workers" in last.stdout
+
+    # No report came before the failure, so there is no metrics file: the message says what
+    # the attempt's directory holds instead.
+    metrics = _logs(real_world, namespace, "broken", "--attempt", "0", "--metrics")
+    assert metrics.returncode == 1
+    assert "holds: driver.log, worker-0.error.txt, worker-1.error.txt" in " ".join(
+        metrics.stderr.split()
+    )
+
+    missing = _logs(real_world, namespace, "broken", "--attempt", "0", "--worker", "7")
+    assert missing.returncode == 1
+    err = " ".join(missing.stderr.split())
+    assert "no stored log for attempt 0 of TrainJob broken at s3://raytrain/checkpoints/" in err
+    assert "worker-7.error.txt" in err and "worker-0.error.txt" in err
+
+    never = _logs(real_world, namespace, "broken", "--attempt", "4")
+    assert never.returncode == 1 and "never started" in never.stderr
+
+    # Every reader pod was deleted.
+    assert wait_for(
+        lambda: _readers(real_world, namespace) == [] or None,
+        timeout=120,
+        what="no log reader pod left",
+    )
+
+
+def test_a_finished_runs_metrics_history_is_stored(real_world: RealWorld, namespace: str) -> None:
+    _apply_digits(real_world, namespace, "history", epochs=3)
+    waited = real_world.cluster.kubectl(
+        "wait", "trainjob/history", "-n", namespace, "--for=condition=Succeeded",
+        f"--timeout={TRAIN_TIMEOUT}s", check=False, timeout=TRAIN_TIMEOUT + 60,
+    )  # fmt: skip
+    assert waited.returncode == 0, waited.stderr
+    metrics = _logs(real_world, namespace, "history", "--metrics")
+    assert metrics.returncode == 0, metrics.stderr
+    lines = [json.loads(x) for x in metrics.stdout.splitlines()]
+    assert [r["epoch"] for r in lines] == [0, 1, 2]
+    assert all(r["checkpoint"].startswith("s3://raytrain/checkpoints/") for r in lines)
+    stored = _logs(real_world, namespace, "history", "--attempt", "0")
+    assert stored.returncode == 0, stored.stderr
+    assert "finished" in stored.stdout
