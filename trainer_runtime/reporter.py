@@ -22,6 +22,7 @@ import contextlib
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 
 from raytrain_contract import DEFAULT_REPORT_MIN_INTERVAL_SECONDS
 from raytrain_contract.timefmt import parse_rfc3339, rfc3339
+from trainer_runtime import failure
 
 log = logging.getLogger("trainer_runtime.reporter")
 
@@ -38,7 +40,7 @@ ATTEMPT_ENV = "RAYTRAIN_ATTEMPT"
 RAYJOB_ENV = "RAYTRAIN_RAYJOB"
 RAYCLUSTER_ENV = "RAYTRAIN_RAYCLUSTER"
 RUNNING, SUCCEEDED, FAILED = "Running", "Succeeded", "Failed"
-_MESSAGE_LIMIT = 4000
+_MESSAGE_LIMIT = failure.MESSAGE_LIMIT
 
 
 class Transport(Protocol):
@@ -281,7 +283,14 @@ class Reporter:
         self.tick()
 
     def on_worker_error(self, message: str) -> None:
-        """A worker failed; Ray Train may restart the group (FailureConfig), so still Running."""
+        """A worker failed; Ray Train may restart the group (FailureConfig), so still Running.
+
+        `message` comes through the report queue as text (`failure.format_worker_errors` makes
+        it from the worker exceptions); one over the limit keeps its first line and its end.
+        """
+        if len(message) > _MESSAGE_LIMIT:
+            head, _, rest = message.partition("\n")
+            message = failure.fit(head, rest.splitlines(), _MESSAGE_LIMIT)
         self.state.message = message
         self._pending = True
         self.tick()
@@ -302,10 +311,20 @@ class Reporter:
             return None
         return max(0.0, self._throttle.due_at() - self._clock())
 
-    def finish(self, phase: str, message: str) -> None:
-        """The terminal outcome: always sent, bypassing the throttle, after any pending report."""
+    def finish(self, phase: str, message: str, exc: BaseException | None = None) -> None:
+        """The terminal outcome: always sent, bypassing the throttle, after any pending report.
+
+        A failure's message is `failure.format_failure` of `exc`, or of the exception being
+        handled when this is called from an ``except`` block: the failed workers, the
+        exception's type and the last lines of its traceback, within the status' limit (the
+        operator classifies the failure from it). Without an exception, `message` as given.
+        """
         if self._finished:
             return
+        if phase == FAILED:
+            exc = exc if exc is not None else sys.exc_info()[1]
+            if exc is not None:
+                message = failure.format_failure(exc)
         s = self.state
         s.phase = phase
         s.message = message

@@ -148,7 +148,8 @@ _COLLECTIVE = re.compile(
     r"|\[?gloo\]?.*(?:Timed out|timeout)"
     r"|Timed out waiting \d+ ?ms for (?:recv|send)"
     r"|gloo.*Connection closed by peer"
-    r"|DistNetworkError|DistBackendError.*(?:timeout|timed out)",
+    r"|DistNetworkError|DistBackendError.*(?:timeout|timed out)"
+    r"|CollectiveTimeoutError|NCCLHangError",
     re.IGNORECASE,
 )
 #: Ray's own errors (a dead actor, a node gone, Ray's memory monitor), never the user's code.
@@ -176,13 +177,22 @@ _SYSTEM_EXCEPTIONS = frozenset(
         "TrainingFailedError",
         "WorkerGroupError",
         "ControllerError",
+        "WorkerHealthCheckTimeoutError",
+        "WorkerHealthCheckFailedError",
     }
 )
-_EXC_NAME = r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)"
+#: Ray Train's words for a worker group that never got its resources, and for a preemption.
+_RAY_UNPLACED = frozenset({"WorkerGroupStartupTimeoutError", "InsufficientClusterResourcesError"})
+_RAY_PREEMPTED = frozenset({"PreemptionError"})
+#: Ray Train V2 carries a worker's exception in this wrapper; the type after it is the user's.
+_WRAPPER = re.compile(r"UserExceptionWithTraceback:\s*")
+#: A dotted type name as Python prints it (a class defined in a function has `<locals>` in it).
+_EXC_NAME = r"((?:[A-Za-z_]\w*\.|<locals>\.)*[A-Za-z_]\w*)"
 _TRACEBACK_END = re.compile(r"^" + _EXC_NAME + r"(?::\s|$)")
 _NAMED_EXCEPTION = re.compile(
     r"(?:^|worker \d+: |failed: |controller: |raised |\n)"
-    + r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Iteration))"
+    + r"((?:[A-Za-z_]\w*\.|<locals>\.)*"
+    + r"[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Iteration))"
     + r"(?::|$|\s)",
     re.MULTILINE,
 )
@@ -346,6 +356,7 @@ def last_traceback_lines(text: str, count: int = TRACEBACK_LINES) -> str:
 def exception_type(text: str) -> str | None:
     """The exception a failure message names: the end of its last traceback, else the first
     `Name: ...` that looks like an exception type."""
+    text = _WRAPPER.sub("", text)
     at = text.rfind("Traceback (most recent call last):")
     if at >= 0:
         for line in reversed(text[at:].splitlines()):
@@ -382,6 +393,21 @@ def _from_text(text: str, source: str) -> Triage | None:
             "latest checkpoint",
         )
     short = exc.rsplit(".", 1)[-1] if exc else None
+    if short in _RAY_UNPLACED:
+        return Triage(
+            FailureClass.UNSCHEDULABLE,
+            f"Ray Train could not place its workers ({source}: {last_traceback_lines(text, 4)})"
+            "; the Ray cluster lacks the resources spec.scaling asks for: lower "
+            "resourcesPerWorker or numWorkers, or add nodes; retried",
+            exception=exc,
+        )
+    if short in _RAY_PREEMPTED:
+        return Triage(
+            FailureClass.NODE_LOST,
+            f"a node was preempted ({source}: {last_traceback_lines(text, 4)}); retried from the "
+            "latest checkpoint",
+            exception=exc,
+        )
     if exc and short not in _SYSTEM_EXCEPTIONS:
         return Triage(
             FailureClass.USER_EXCEPTION,
