@@ -299,9 +299,104 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
         ["spec.storage.s3.uri: the prefix must not contain"],
     ),
     (
-        "worker-template-resources",
+        "worker-template-cpu",
         [_set("spec.workerTemplate", {"resources": {"limits": {"cpu": "2"}}})],
-        ["spec.workerTemplate.resources is not used", "resourcesPerWorker"],
+        ["spec.workerTemplate.resources sets cpu", "resourcesPerWorker.cpu"],
+    ),
+    (
+        "worker-template-gpu-with-use-gpu",
+        [
+            _set("spec.scaling.useGpu", True),
+            _set("spec.workerTemplate", {"resources": {"requests": {"nvidia.com/gpu": 1}}}),
+        ],
+        ["spec.workerTemplate.resources sets nvidia.com/gpu"],
+    ),
+    (
+        "worker-template-memory-twice",
+        [
+            _set("spec.scaling.resourcesPerWorker", {"memory": "4Gi"}),
+            _set("spec.workerTemplate", {"resources": {"limits": {"memory": "8Gi"}}}),
+        ],
+        ["spec.workerTemplate.resources sets memory"],
+    ),
+    (
+        "volume-named-like-ours",
+        [_set("spec.workerTemplate", {"volumes": [{"name": "raytrain-shm", "emptyDir": {}}]})],
+        ["spec.*.volumes", "belong to the volumes the operator adds"],
+    ),
+    (
+        "mount-over-dev-shm",
+        [
+            _set(
+                "spec.workerTemplate",
+                {
+                    "volumes": [{"name": "big", "emptyDir": {"medium": "Memory"}}],
+                    "volumeMounts": [{"name": "big", "mountPath": "/dev/shm"}],
+                },
+            )
+        ],
+        ["spec.*.volumeMounts: mountPath must not be or nest in /etc/raytrain or /dev/shm"],
+    ),
+    (
+        "mount-under-the-contract",
+        [
+            _set(
+                "spec.head",
+                {
+                    "volumes": [{"name": "x", "emptyDir": {}}],
+                    "volumeMounts": [{"name": "x", "mountPath": "/etc/raytrain/extra"}],
+                },
+            )
+        ],
+        ["must not be or nest in /etc/raytrain"],
+    ),
+    (
+        "mount-without-volume",
+        [_set("spec.head", {"volumeMounts": [{"name": "cache", "mountPath": "/data"}]})],
+        ["spec.*.volumeMounts: every mount names an entry of volumes"],
+    ),
+    (
+        "mount-over-checkpoint-claim",
+        [
+            _set("spec.storage", {"pvc": {"claimName": "ckpt"}}),
+            _set(
+                "spec.workerTemplate",
+                {
+                    "volumes": [{"name": "x", "emptyDir": {}}],
+                    "volumeMounts": [{"name": "x", "mountPath": "/mnt/raytrain/cache"}],
+                },
+            ),
+        ],
+        ["spec.workerTemplate.volumeMounts: a mountPath must not be, hold or nest in"],
+    ),
+    (
+        "claim-with-two-sources",
+        [
+            _set(
+                "spec.workerTemplate",
+                {
+                    "resourceClaims": [
+                        {"name": "g", "resourceClaimName": "a", "resourceClaimTemplateName": "b"}
+                    ]
+                },
+            )
+        ],
+        ["spec.*.resourceClaims: every entry sets exactly one of resourceClaimName"],
+    ),
+    (
+        "container-claim-unknown",
+        [_set("spec.head", {"resources": {"claims": [{"name": "gpus"}]}})],
+        ["spec.*.resources.claims: every claim names an entry of resourceClaims"],
+    ),
+    (
+        "unknown-network-profile",
+        [_set("spec.network", {"profile": "myrinet"})],
+        ["spec.network.profile", "Unsupported value"],
+    ),
+    (
+        "scheduler-name-with-space",
+        [_set("spec.workerTemplate", {"schedulerName": "my scheduler"})],
+        ["spec.workerTemplate.schedulerName", "should match"],
     ),
     (
         "accelerator-with-space",

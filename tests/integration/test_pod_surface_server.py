@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from _wait import wait_for
-from conftest import KubeCluster
+from conftest import REPO, KubeCluster
 from test_operator import T_CREATE, Operator, crds, create, get, operator, secret, trainjob
 
 pytestmark = pytest.mark.integration
@@ -87,3 +87,13 @@ def test_every_new_pod_field_survives_kuberays_schema(
     assert {e["name"]: e.get("value") for e in worker["env"]}["NCCL_NET"] == "IB"
     submitter = stored["spec"]["submitterPodTemplate"]["spec"]
     assert submitter["imagePullSecrets"] == [{"name": "registry"}]
+
+
+def test_the_infiniband_example_is_accepted(
+    kube_cluster: KubeCluster, namespace: str, crds: None
+) -> None:
+    text = (REPO / "examples" / "gpu" / "infiniband.yaml").read_text()
+    result = kube_cluster.kubectl(
+        "create", "-n", namespace, "--dry-run=server", "-f", "-", check=False, input=text
+    )
+    assert result.returncode == 0, result.stderr

@@ -4,12 +4,15 @@ scheduler keys that reach the RayJob and the pods."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from _factories import meta, trainjob
 from pydantic import ValidationError
 
+from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import render_contract
 from raytrain_operator.builders.meta import allowed_from_parent, child_metadata, without_denied
 from raytrain_operator.builders.rayjob import build_rayjob, spec_hash
@@ -222,3 +225,25 @@ def test_unused_new_fields_leave_the_spec_hash_alone() -> None:
     with_unset = trainjob(network=None, head={"volumes": None, "hostNetwork": None})
     assert spec_hash(plain) != spec_hash(trainjob(network={"profile": "efa"}))
     assert spec_hash(with_unset) == spec_hash(trainjob(head={}))
+
+
+GPU_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpu" / "infiniband.yaml"
+
+
+def test_the_infiniband_example_renders() -> None:
+    doc = yaml.safe_load(GPU_EXAMPLE.read_text())
+    tj = TrainJob.model_validate(doc)
+    m = meta(name=doc["metadata"]["name"], labels=doc["metadata"]["labels"])
+    rj = build_rayjob(tj, m, 0, suspend=False)
+    assert rj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
+    assert rj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
+    limits = ray_container(worker(rj))["resources"]["limits"]
+    assert limits == {
+        "cpu": "80",
+        "memory": "1600Gi",
+        "nvidia.com/gpu": "8",
+        "rdma/ib": "1",
+        "ephemeral-storage": "50Gi",
+    }
+    scaling = render_contract(tj, m, 0)["scaling"]
+    assert scaling["resourcesPerWorker"] == {"CPU": 10.0, "GPU": 1.0, "memory": 200 * 2**30}
