@@ -2,8 +2,10 @@
 each attempt's driver log, its workers' errors and its metrics in MinIO, and `raytrain logs`
 reads them back through a reader pod that it deletes afterwards.
 
-Needs the real node (marker `realnode`): runs only inside the network namespace that
+Those need the real node (marker `realnode`): they run only inside the network namespace that
 `make test` creates (e2e/netns/run.sh), with the images, MinIO and chart of test_realpods.py.
+The first test needs only the control plane: the API server admits the reader pod in a
+namespace that enforces the `restricted` Pod Security Standard.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 from _wait import wait_for
+from conftest import KubeCluster
 from realpods import pods_of
 from test_realpods import (
     DIGITS,
@@ -26,9 +29,48 @@ from test_realpods import (
     real_world,
 )
 
+from raytrain_operator.api.v1alpha1 import TrainJobSpec
+from raytrain_operator.builders import reader
+from raytrain_operator.builders.meta import Meta
+
 __all__ = ["real_world"]  # the module-scoped fixture, shared with test_realpods.py
 
-pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.timeout(1800)]
+
+
+def _spec(storage: dict[str, Any]) -> TrainJobSpec:
+    return TrainJobSpec.model_validate({
+        "image": "raytrain/trainer-runtime:0.1.0",
+        "entrypoint": "examples.digits.train:train_loop_per_worker",
+        "scaling": {"numWorkers": 2},
+        "storage": storage,
+    })  # fmt: skip
+
+
+def test_the_api_server_admits_the_reader_pod_under_the_restricted_standard(
+    kube_cluster: KubeCluster, namespace: str
+) -> None:
+    kube_cluster.kubectl(
+        "label", "namespace", namespace,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    )  # fmt: skip
+    meta = Meta(name="digits", namespace=namespace, uid="5f0c2a7e-91b3-4c1d-8e2f-0123456789ab")
+    s3 = {"s3": {"uri": "s3://bucket/prefix", "endpoint": "http://minio:9000",
+                 "credentialsSecret": {"name": "digits-s3"}}}  # fmt: skip
+    pvc = {"pvc": {"claimName": "ckpt", "mountPath": "/mnt/ckpt"}}
+    for storage in (s3, pvc):
+        spec = _spec(storage)
+        path = f"{reader.attempt_dir(spec, meta, 0)}/driver.log"
+        pod = reader.build_reader_pod(spec, meta, 0, path)
+        made = kube_cluster.kubectl(
+            "create", "--dry-run=server", "-n", namespace, "-o", "json", "-f", "-",
+            input=json.dumps(pod), check=False,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        admitted = json.loads(made.stdout)
+        assert admitted["metadata"]["name"].startswith("digits-logs-")
+        assert admitted["spec"]["containers"][0]["command"][4] == path
 
 
 def _logs(world: RealWorld, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -47,6 +89,7 @@ def _readers(world: RealWorld, namespace: str) -> list[str]:
     return [p["metadata"]["name"] for p in pods]
 
 
+@pytest.mark.realnode
 def test_failed_attempts_leave_their_logs_after_their_clusters_are_gone(
     real_world: RealWorld, namespace: str
 ) -> None:
@@ -110,6 +153,7 @@ def test_failed_attempts_leave_their_logs_after_their_clusters_are_gone(
     )
 
 
+@pytest.mark.realnode
 def test_a_finished_runs_metrics_history_is_stored(real_world: RealWorld, namespace: str) -> None:
     _apply_digits(real_world, namespace, "history", epochs=3)
     waited = real_world.cluster.kubectl(

@@ -105,6 +105,8 @@ def test_the_reader_of_a_pvc_job_mounts_the_claim_where_the_pods_do() -> None:
     ]
     assert container["volumeMounts"] == [{"name": "raytrain-storage", "mountPath": "/mnt/ckpt"}]
     assert container["env"] == []
+    # The per-job account is for the Kubernetes API only, and goes after the job's TTL.
+    assert "serviceAccountName" not in pod["spec"]
 
 
 def test_the_file_names() -> None:

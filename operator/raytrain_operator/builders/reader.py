@@ -5,9 +5,9 @@ The runtime keeps each attempt's driver log, metrics and worker errors under
 operator may not import the runtime). The CLI has no S3 client, so it reads such a file through
 a short-lived pod in the job's namespace: the job's own image, the storage wiring the builders
 give the head pod (its S3 variables, credentials by reference and the user's extra env, or the
-PVC mount, and its service account for IRSA), hardened like every pod of the job, running
-``python -m trainer_runtime.runlog cat PATH``. The pod is owned by the TrainJob, so it goes with
-the job even when the CLI that made it could not delete it.
+PVC mount, and the service account the user chose, for IRSA), hardened like every pod of the
+job, running ``python -m trainer_runtime.runlog cat PATH``. The pod is owned by the TrainJob, so
+it goes with the job even when the CLI that made it could not delete it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from raytrain_operator.api.v1alpha1 import TrainJobSpec
 from raytrain_operator.builders.contract import storage_of
 from raytrain_operator.builders.meta import LABEL_ROLE, Meta, base_labels, owner_reference
-from raytrain_operator.builders.names import run_name
+from raytrain_operator.builders.names import run_name, runtime_account_name
 from raytrain_operator.builders.pods import (
     STORAGE_VOLUME,
     build_pod_template,
@@ -100,7 +100,6 @@ def build_reader_pod(spec: TrainJobSpec, meta: Meta, attempt: int, path: str) ->
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "activeDeadlineSeconds": READER_DEADLINE_SECONDS,
-        "serviceAccountName": source["serviceAccountName"],
         # It reads storage only: no Kubernetes API token (IRSA's token is a projected volume).
         "automountServiceAccountToken": False,
         "securityContext": pod_security_context(),
@@ -108,6 +107,12 @@ def build_reader_pod(spec: TrainJobSpec, meta: Meta, attempt: int, path: str) ->
         "containers": [container],
         "volumes": [v for v in source.get("volumes") or [] if v["name"] == STORAGE_VOLUME],
     }
+    # The head's account when it is one the user chose (IRSA, an override); not the per-job
+    # account: it is there for the Kubernetes API only, and gone after ttlSecondsAfterFinished,
+    # when a pod that names it would be refused.
+    account = source["serviceAccountName"]
+    if account != runtime_account_name(meta.name):
+        pod["serviceAccountName"] = account
     for key in ("nodeSelector", "tolerations", "priorityClassName"):
         if key in source:
             pod[key] = source[key]
