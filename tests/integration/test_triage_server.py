@@ -1,0 +1,111 @@
+"""A failed attempt says why, against the real control plane (its scheduler, KubeRay, KWOK).
+
+Workers that ask for more memory than any fake node has stay Pending with the scheduler's own
+PodScheduled=False/Unschedulable condition: a real Unschedulable, no real node needed. The
+attempt is then failed the way the runtime reports it; the class must come from the pods the
+operator reads, not from that report. A user exception fails the job without a retry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _wait import wait_for
+from conftest import KubeCluster
+from test_operator import (
+    T_CREATE,
+    T_KUBERAY,
+    Operator,
+    crds,
+    create,
+    events_of,
+    get,
+    names,
+    operator,
+    runtime_report,
+    secret,
+    trainjob,
+    utc_now,
+    wait_condition,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["crds", "operator"]  # fixtures used by name
+
+
+def failed_report(message: str) -> dict[str, Any]:
+    return {"phase": "Failed", "attempt": 0, "message": message, "lastUpdatedTime": utc_now()}
+
+
+def _unschedulable_pod(cluster: KubeCluster, ns: str, name: str) -> dict[str, Any] | None:
+    selector = f"raytrain.dev/trainjob={name},raytrain.dev/attempt=0"
+    for pod in cluster.get_json("pods", "-n", ns, "-l", selector)["items"]:
+        for cond in pod.get("status", {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                return dict(pod)
+    return None
+
+
+def test_workers_no_node_can_hold_fail_the_attempt_as_unschedulable(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    ns, name = namespace, "unplaced"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    # Every fake node has 256Gi; a worker asking for 1Ti can never be placed.
+    scaling = {"numWorkers": 2, "resourcesPerWorker": {"cpu": "1", "memory": "1Ti"}}
+    create(kube_cluster, ns, trainjob(name, scaling=scaling, backoffLimit=0))
+    pod = wait_for(
+        lambda: _unschedulable_pod(kube_cluster, ns, name), T_KUBERAY, "a Pending worker pod"
+    )
+    words = next(c["message"] for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert "Insufficient memory" in words, words
+
+    # What a runtime says when it ends without naming a cause.
+    runtime_report(kube_cluster, ns, name, failed_report("the Ray job ended"))
+    failed = wait_condition(kube_cluster, ns, name, "Failed")
+    assert failed["reason"] == "Unschedulable", failed
+    assert pod["metadata"]["name"] in failed["message"] and words in failed["message"]
+    assert "the Ray job ended" in failed["message"]
+
+    def attempt_event() -> dict[str, Any] | None:
+        for event in events_of(kube_cluster, ns, name):
+            if event["reason"] == "Unschedulable" and event["message"].startswith(
+                "attempt 0 failed (infrastructure)"
+            ):
+                return event
+        return None
+
+    event = wait_for(attempt_event, T_CREATE, "the attempt's Unschedulable Event")
+    assert event["type"] == "Warning"
+    sample = (
+        f'raytrain_attempt_failures_total{{namespace="{ns}",reason="Unschedulable",'
+        f'trainjob="{name}"}} 1.0'
+    )
+    assert sample in operator.metrics(), operator.metrics()
+
+
+USER_TRACEBACK = """training failed: worker 0: KeyError: 'label'
+Traceback (most recent call last):
+  File "/app/train.py", line 41, in train_loop_per_worker
+    y = batch["label"]
+KeyError: 'label'"""
+
+
+def test_a_user_exception_fails_without_spending_the_backoff_limit(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    ns, name = namespace, "buggy"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    create(kube_cluster, ns, trainjob(name, backoffLimit=3))
+    wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
+    runtime_report(kube_cluster, ns, name, failed_report(USER_TRACEBACK))
+    failed = wait_condition(kube_cluster, ns, name, "Failed")
+    assert failed["reason"] == "UserException", failed
+    assert 'y = batch["label"]' in failed["message"]
+    assert "spec.backoffLimit is not spent" in failed["message"]
+    status = (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"]
+    assert (status["attempt"], status["restarts"]) == (0, 0)
+    assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [
+        f"{name}-0"
+    ]
