@@ -254,3 +254,39 @@ def test_default_policy_and_overrides() -> None:
     assert retry_decision(FailureClass.OOM_KILLED, 137, policy) is True
     assert retry_decision(FailureClass.NODE_LOST, 3, policy) is False
     assert retry_decision("SomethingNew", None, policy) is True
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        (
+            "training failed in the Ray Train controller: ray.train.v2._internal.exceptions."
+            "WorkerGroupStartupTimeoutError: The worker group startup timed out after 30.0 s",
+            "Unschedulable",
+        ),
+        (
+            "training failed in the Ray Train controller: InsufficientClusterResourcesError: "
+            "Insufficient cluster resources to launch training workers",
+            "Unschedulable",
+        ),
+        ("training failed: PreemptionError: node n-1 was preempted", "NodeLost"),
+        (
+            "training failed: worker 0: BroadcastCollectiveTimeoutError: The collective operation"
+            " timed out after 1800.00 seconds. The following ranks have not joined: [1]",
+            "CollectiveTimeout",
+        ),
+        (
+            "training failed: worker 0: UserExceptionWithTraceback: ZeroDivisionError: division",
+            "UserException",
+        ),
+        (
+            "training failed: worker 0: WorkerHealthCheckFailedError: the worker is unreachable",
+            "Unknown",
+        ),
+    ],
+)
+def test_ray_trains_own_errors(message: str, reason: str) -> None:
+    t = classify_(report={"phase": "Failed", "message": message})
+    assert t.reason == reason, t
+    if reason == "UserException":
+        assert t.exception == "ZeroDivisionError"
