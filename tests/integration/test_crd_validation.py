@@ -322,7 +322,7 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
     (
         "volume-named-like-ours",
         [_set("spec.workerTemplate", {"volumes": [{"name": "raytrain-shm", "emptyDir": {}}]})],
-        ["spec.*.volumes", "belong to the volumes the operator adds"],
+        ["spec.*.volumes: the name raytrain-shm belongs to a volume the operator adds"],
     ),
     (
         "mount-over-dev-shm",
@@ -335,7 +335,10 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
                 },
             )
         ],
-        ["spec.*.volumeMounts: mountPath must not be or nest in /etc/raytrain or /dev/shm"],
+        [
+            "spec.*.volumeMounts: mountPath /dev/shm must not be or nest in "
+            "/etc/raytrain or /dev/shm"
+        ],
     ),
     (
         "mount-under-the-contract",
@@ -348,7 +351,7 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
                 },
             )
         ],
-        ["must not be or nest in /etc/raytrain"],
+        ["mountPath /etc/raytrain/extra must not be or nest in /etc/raytrain"],
     ),
     (
         "mount-without-volume",

@@ -460,6 +460,14 @@ _ENV_SCHEMA: JsonDict = {
 }
 
 
+def _naming(message: str, value: str) -> str:
+    """A CEL messageExpression: `message` with the offending value (a CEL expression) put in
+    place of `{}`, so the refusal names the value as well as the field and the fix."""
+    before, after = message.split("{}")
+    assert "'" not in message, message
+    return f"'{before}' + {value} + '{after}'"
+
+
 def _not_under(path: str) -> str:
     """CEL: `self.mountPath` is neither `path` nor inside it."""
     return f"self.mountPath != '{path}' && !self.mountPath.startsWith('{path}/')"
@@ -491,6 +499,11 @@ _VOLUMES_SCHEMA: JsonDict = {
                 + ", ".join(RESERVED_VOLUME_NAMES)
                 + " belong to the volumes the operator adds (contract, checkpoint storage, "
                 "/dev/shm); rename the volume",
+                messageExpression=_naming(
+                    "spec.*.volumes: the name {} belongs to a volume the operator adds "
+                    "(contract, checkpoint storage, /dev/shm); rename the volume",
+                    "self.name",
+                ),
             ),
         ],
     },
@@ -553,12 +566,24 @@ _VOLUME_MOUNTS_SCHEMA: JsonDict = {
                 + " or ".join(BUILDER_MOUNT_PATHS)
                 + ", which the operator mounts (the contract, /dev/shm sized for Ray's object "
                 "store); choose a directory of its own such as /data/cache",
+                messageExpression=_naming(
+                    "spec.*.volumeMounts: mountPath {} must not be or nest in "
+                    + " or ".join(BUILDER_MOUNT_PATHS)
+                    + ", which the operator mounts (the contract, /dev/shm sized for the Ray "
+                    "object store); choose a directory of its own such as /data/cache",
+                    "self.mountPath",
+                ),
             ),
             _rule(
                 f"!(self.name in {list(RESERVED_VOLUME_NAMES)!r})",
                 "spec.*.volumeMounts: the volumes "
                 + ", ".join(RESERVED_VOLUME_NAMES)
                 + " are mounted by the operator; mount a volume of your own from volumes",
+                messageExpression=_naming(
+                    "spec.*.volumeMounts: the volume {} is mounted by the operator; mount a "
+                    "volume of your own from volumes",
+                    "self.name",
+                ),
             ),
             _rule(
                 "!has(self.subPath) || !has(self.subPathExpr)",
@@ -1215,6 +1240,14 @@ class PodOverrides(_Model):
     or those of resources.claims when it is set."""
 
 
+#: CEL: the mount `m` is, holds or nests in the checkpoint claim's mount.
+_CLAIM_COLLISION = (
+    "m.mountPath == self.storage.pvc.mountPath || "
+    "m.mountPath.startsWith(self.storage.pvc.mountPath + '/') || "
+    "self.storage.pvc.mountPath.startsWith(m.mountPath + '/')"
+)
+
+
 def _worker_resource_rules() -> list[JsonValue]:
     """CEL: spec.workerTemplate.resources must not name what resourcesPerWorker sets (the
     operator also checks the names the API server cannot see)."""
@@ -1258,9 +1291,7 @@ class TrainJobSpec(_Model):
                     _rule(
                         f"!has(self.storage.pvc) || !has(self.{pod}) || "
                         f"!has(self.{pod}.volumeMounts) || self.{pod}.volumeMounts.all(m, "
-                        "m.mountPath != self.storage.pvc.mountPath && "
-                        "!m.mountPath.startsWith(self.storage.pvc.mountPath + '/') && "
-                        "!self.storage.pvc.mountPath.startsWith(m.mountPath + '/'))",
+                        f"!({_CLAIM_COLLISION}))",
                         f"spec.{pod}.volumeMounts: a mountPath must not be, hold or nest in "
                         "spec.storage.pvc.mountPath (the checkpoint claim); choose another "
                         "directory",
