@@ -200,3 +200,85 @@ def test_one_pass_over_a_failed_attempt_reads_its_pods_and_warns_with_the_class(
         {("team-a", "digits"): [running]}, {},
     )  # fmt: skip
     assert len(selectors) == 1
+
+
+IMAGE_POD = pod(
+    phase="Pending",
+    containers=[
+        container(
+            state={
+                "waiting": {
+                    "reason": "ErrImageNeverPull",
+                    "message": 'Container image "raytrain/trainer-runtime:0.1.0" is not present '
+                    "with pull policy of Never",
+                }
+            }
+        )
+    ],
+)
+
+
+def test_a_deadline_that_ends_a_stuck_attempt_says_what_held_it() -> None:
+    from datetime import timedelta
+
+    started = {"attempt": 0, "startTime": m.rfc3339(NOW - timedelta(seconds=120))}
+    job = tj(activeDeadlineSeconds=60)
+    assert m.deadline_passed(started, job, NOW)
+    assert not m.deadline_passed(started, tj(activeDeadlineSeconds=600), NOW)
+    assert not m.deadline_passed({"attempt": 0}, job, NOW)
+    rj = rayjob(deployment="Initializing")
+    p = run(job, started, rj, attempt_pods=[IMAGE_POD])
+    failed = cond(p, "Failed")
+    assert failed["reason"] == "DeadlineExceeded"
+    assert "While it ran, ImagePullFailed: container ray-worker" in failed["message"]
+    assert "ErrImageNeverPull" in failed["message"]
+    plain = cond(run(job, started, rj), "Failed")
+    assert "While it ran" not in plain["message"]
+
+
+def test_a_starting_cluster_whose_image_cannot_be_pulled_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from datetime import timedelta
+
+    monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: [IMAGE_POD])
+    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
+    rj = rayjob(deployment="Initializing", startTime=m.rfc3339(NOW - timedelta(seconds=30)))
+    problem = reconcile.cluster_problem(rj, {}, meta(), 0, NOW)
+    assert problem is not None and problem[0] == "ImagePullFailed"
+    assert "ErrImageNeverPull" in problem[1] and "fix spec.image" in problem[1]
+    p = run(tj(), {"attempt": 0}, rj, cluster_problem=problem)
+    assert "ErrImageNeverPull" in cond(p, "Reconciling")["message"]
+
+
+def test_one_pass_at_the_deadline_reads_the_pods(monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+    from datetime import timedelta
+
+    import kopf
+
+    from raytrain_operator.handlers import apply
+
+    selectors: list[str] = []
+
+    def list_pods(ns: str, selector: str) -> list[dict[str, Any]]:
+        selectors.append(selector)
+        return [IMAGE_POD]
+
+    monkeypatch.setattr(k8s, "list_pods", list_pods)
+    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
+    monkeypatch.setattr(apply, "run", lambda *a, **kw: None)
+    monkeypatch.setattr(kopf, "info", lambda *a, **kw: None)
+    monkeypatch.setattr(kopf, "warn", lambda *a, **kw: None)
+    stuck = rayjob(deployment="Running")  # not starting: cluster_problem lists no pods
+    stuck["metadata"]["labels"] = {"raytrain.dev/attempt": "0"}
+    started = m.rfc3339(m.now_utc() - timedelta(seconds=120))
+    body = {
+        **manifest(activeDeadlineSeconds=60),
+        "status": {"attempt": 0, "restarts": 0, "startTime": started},
+    }
+    body["metadata"]["generation"] = 7  # parse_cached keys on the generation, not the spec
+    index = {("team-a", "digits"): [stuck]}
+    p = reconcile.reconcile("resync", kopf.Body(body), kopf.Patch(), logging.getLogger("t"), index)
+    assert selectors == ["raytrain.dev/trainjob=digits,raytrain.dev/attempt=0"]
+    assert "While it ran, ImagePullFailed" in cond(p, "Failed")["message"]

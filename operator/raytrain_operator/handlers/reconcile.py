@@ -188,7 +188,9 @@ def cluster_problem(
                     "Unschedulable",
                     f"pod {name} cannot be scheduled: {cond.get('message') or 'no message'}",
                 )
-    return None
+    # An image that cannot be pulled, a container killed for memory, a node gone.
+    found = triage.classify_pods(pods)
+    return (found.reason, found.message) if found is not None else None
 
 
 def attempt_evidence(
@@ -317,7 +319,9 @@ def _locked_pass(
         if rayjob is not None:
             rayjob = with_cluster_workers(rayjob, raycluster_index)
             trouble = cluster_problem(rayjob, raycluster_index, meta, attempt, now)
-            if machine.attempt_failed(status, rayjob, attempt):
+            if machine.attempt_failed(status, rayjob, attempt) or machine.deadline_passed(
+                status, trainjob, now
+            ):
                 pods, events = attempt_evidence(rayjob, raycluster_index, meta, attempt)
         if machine.needs_preflight(status, rayjob) and not older:
             problem = preflight.check(trainjob, meta)

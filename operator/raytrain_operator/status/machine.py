@@ -324,11 +324,13 @@ def plan(obs: Observation) -> Plan:
             b.actions += [
                 DeleteRayJob(n) for n, gone in sorted(obs.older_rayjobs.items()) if not gone
             ]
+            found = triage.classify_pods(obs.attempt_pods, obs.attempt_events, _worker_memory(tj))
+            why = f" While it ran, {found.reason}: {found.message}." if found else ""
             return _fail(
                 b,
                 "DeadlineExceeded",
                 f"the job ran {int(elapsed)} s, more than spec.activeDeadlineSeconds "
-                f"({spec.active_deadline_seconds}); its RayJob was deleted. Raise "
+                f"({spec.active_deadline_seconds}); its RayJob was deleted.{why} Raise "
                 "activeDeadlineSeconds and create the job again to continue from the latest "
                 "checkpoint",
             )
@@ -626,6 +628,15 @@ def attempt_failed(
     if phase == SUCCEEDED or (phase is None and job_status == "SUCCEEDED"):
         return False
     return phase == FAILED or deployment == "Failed" or job_status in ("FAILED", "STOPPED")
+
+
+def deadline_passed(status: Mapping[str, Any], tj: TrainJob | None, now: datetime) -> bool:
+    """Whether `plan` ends the job for spec.activeDeadlineSeconds in this pass (the handlers
+    then read the attempt's pods: what kept it from running goes into the message)."""
+    if tj is None or not tj.spec.active_deadline_seconds or is_terminal(status):
+        return False
+    start = parse_rfc3339(status.get("startTime"))
+    return start is not None and (now - start).total_seconds() >= tj.spec.active_deadline_seconds
 
 
 def _worker_memory(tj: TrainJob) -> str | None:

@@ -417,15 +417,24 @@ def _from_text(text: str, source: str) -> Triage | None:
     return None
 
 
-def classify(evidence: Evidence) -> Triage:
-    """The class of a failed attempt from everything observed (see the module docstring)."""
-    pods = evidence.pods
-    found = (
-        _oom(pods, evidence.worker_memory)
+def classify_pods(
+    pods: Sequence[Mapping[str, Any]],
+    events: Sequence[Mapping[str, Any]] = (),
+    worker_memory: str | None = None,
+) -> Triage | None:
+    """What the pods (and events) alone show: OOMKilled, ImagePullFailed, NodeLost or
+    Unschedulable, else None. Also asked while a cluster starts or when a deadline ends it."""
+    return (
+        _oom(pods, worker_memory)
         or _image(pods)
         or _node_lost(pods)
-        or _unschedulable(pods, evidence.events)
+        or _unschedulable(pods, events)
     )
+
+
+def classify(evidence: Evidence) -> Triage:
+    """The class of a failed attempt from everything observed (see the module docstring)."""
+    found = classify_pods(evidence.pods, evidence.events, evidence.worker_memory)
     if found is not None:
         return found
     report = evidence.report or {}
