@@ -1,0 +1,163 @@
+"""Failed attempts on real pods say why: a worker killed for memory, an image that is not there,
+a node that takes the pods away, a bug in the training loop.
+
+The kernel's OOM kill, the kubelet's image pull and the taint manager's eviction exist only on a
+real node, so these run with the real-pod fixtures of test_realpods.py (marker `realnode`,
+inside e2e/netns/run.sh). Each asserts what the user reads: the Failed (or Reconciling)
+condition's reason and message, and the attempt's Warning Event.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from _wait import wait_for
+from realpods import NODE, SYSTEM_NS, condition
+from test_realpods import (
+    DIGITS,
+    START_TIMEOUT,
+    TRAIN_TIMEOUT,
+    RealWorld,
+    _apply_digits,
+    _running_ray_pods,
+    _trainjob,
+    real_world,
+)
+
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
+__all__ = ["DIGITS", "real_world"]  # the module fixture, used by name
+
+
+def _failed(world: RealWorld, namespace: str, name: str, timeout: float) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        tj = _trainjob(world, namespace, name)
+        failed = condition(tj, "Failed")
+        return tj if failed and failed.get("status") == "True" else None
+
+    return wait_for(check, timeout=timeout, what=f"TrainJob {namespace}/{name} Failed")
+
+
+def _attempt_event(world: RealWorld, namespace: str, name: str, reason: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        events = world.cluster.get_json(
+            "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
+        )["items"]
+        for event in events:
+            if event["reason"] == reason and event["message"].startswith("attempt "):
+                return dict(event)
+        return None
+
+    return wait_for(check, timeout=60, what=f"the attempt's {reason} Event")
+
+
+def _scaling(world: RealWorld, namespace: str, name: str) -> dict[str, Any]:
+    scaling: dict[str, Any] = _trainjob(world, namespace, name)["spec"]["scaling"]
+    return scaling
+
+
+def test_a_worker_over_its_memory_limit_is_oomkilled_and_not_retried(
+    real_world: RealWorld, namespace: str
+) -> None:
+    # A 64 x 4,000,000 first layer is 1 GiB of float32 weights alone: over the 1Gi limit
+    # trainjob_on_real_node gives each worker. No in-cluster restart either (maxFailures 0).
+    _apply_digits(
+        real_world, namespace, "oom", epochs=2, config={"epochs": 2, "hidden": 4_000_000},
+        failure={"maxFailures": 0}, backoffLimit=1,
+    )  # fmt: skip
+    memory = _scaling(real_world, namespace, "oom")["resourcesPerWorker"]["memory"]
+    tj = _failed(real_world, namespace, "oom", START_TIMEOUT + TRAIN_TIMEOUT)
+    failed = condition(tj, "Failed") or {}
+    assert failed["reason"] == "OOMKilled", json.dumps(tj["status"], indent=1)
+    message = failed["message"]
+    assert f"resourcesPerWorker.memory (now {memory})" in message, message
+    assert "Not retried" in message and "spec.backoffLimit is not spent" in message
+    assert tj["status"]["restarts"] == 0 and tj["status"]["attempt"] == 0
+    event = _attempt_event(real_world, namespace, "oom", "OOMKilled")
+    assert event["type"] == "Warning" and "(workload)" in event["message"]
+
+
+def test_an_image_that_is_not_on_the_node_says_so_and_the_deadline_names_it(
+    real_world: RealWorld, namespace: str
+) -> None:
+    # The real node has only the images the tests imported; with pull policy Never the kubelet
+    # says ErrImageNeverPull at once (no registry is reachable from the namespace anyway).
+    image = "raytrain/trainer-runtime:no-such-tag"
+    _apply_digits(
+        real_world, namespace, "noimage", image=image, imagePullPolicy="Never",
+        activeDeadlineSeconds=120,
+    )  # fmt: skip
+
+    def reconciling() -> dict[str, Any] | None:
+        c = condition(_trainjob(real_world, namespace, "noimage"), "Reconciling")
+        return c if c and c.get("reason") == "ImagePullFailed" else None
+
+    pending = wait_for(reconciling, START_TIMEOUT, "Reconciling ImagePullFailed")
+    assert image in pending["message"] and "fix spec.image" in pending["message"]
+    tj = _failed(real_world, namespace, "noimage", 300)
+    failed = condition(tj, "Failed") or {}
+    assert failed["reason"] == "DeadlineExceeded"
+    assert "While it ran, ImagePullFailed" in failed["message"], failed["message"]
+
+
+def test_a_python_exception_in_the_loop_fails_at_once_with_its_traceback(
+    real_world: RealWorld, namespace: str
+) -> None:
+    # int("wide") raises ValueError in every worker, on every attempt alike.
+    _apply_digits(
+        real_world, namespace, "bug", config={"epochs": 2, "hidden": "wide"}, backoffLimit=2
+    )
+    tj = _failed(real_world, namespace, "bug", START_TIMEOUT + TRAIN_TIMEOUT)
+    failed = condition(tj, "Failed") or {}
+    assert failed["reason"] == "UserException", json.dumps(tj["status"], indent=1)
+    message = failed["message"]
+    assert "ValueError" in message and "Traceback (most recent call last):" in message
+    assert "examples/digits/train.py" in message and "int(config.get(" in message
+    assert tj["status"]["restarts"] == 0
+    trainer = tj["status"]["trainerStatus"]["message"]
+    assert trainer.startswith("training failed: worker 0: ValueError: invalid literal for int()")
+
+
+TAINT = "raytrain.dev/triage-node-lost"
+
+
+def test_pods_the_node_takes_away_are_node_lost_and_retried(
+    real_world: RealWorld, namespace: str
+) -> None:
+    """A NoExecute taint makes the taint manager delete the Ray pods (DisruptionTarget
+    DeletionByTaintManager), as when the node lifecycle controller gives up on a node. The
+    operator's own pod tolerates the taint for the test's length, so it keeps running."""
+    cluster = real_world.cluster
+    deployment = cluster.get_json(
+        "deployment", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/name=raytrain-operator"
+    )["items"][0]["metadata"]["name"]
+    tolerations = cluster.get_json("deployment", deployment, "-n", SYSTEM_NS)["spec"]["template"][
+        "spec"
+    ].get("tolerations", [])
+    patched = [*tolerations, {"key": TAINT, "operator": "Exists", "effect": "NoExecute"}]
+    spec = {"spec": {"template": {"spec": {"tolerations": patched}}}}
+    cluster.kubectl("patch", "deployment", deployment, "-n", SYSTEM_NS, "-p", json.dumps(spec))
+    cluster.kubectl("rollout", "status", f"deployment/{deployment}", "-n", SYSTEM_NS, timeout=300)
+    try:
+        _apply_digits(real_world, namespace, "lost", epochs=200, backoffLimit=1)
+        wait_for(
+            lambda: _running_ray_pods(real_world, namespace, "lost"),
+            START_TIMEOUT,
+            "a Ray head and two workers Running",
+        )
+        cluster.kubectl("taint", "node", NODE, f"{TAINT}=yes:NoExecute")
+        try:
+            event = _attempt_event(real_world, namespace, "lost", "NodeLost")
+        finally:
+            cluster.kubectl("taint", "node", NODE, f"{TAINT}:NoExecute-")
+        assert "(infrastructure)" in event["message"]
+        assert "DeletionByTaintManager" in event["message"], event["message"]
+        wait_for(
+            lambda: _trainjob(real_world, namespace, "lost")["status"].get("restarts") == 1,
+            60,
+            "the NodeLost attempt retried (restarts 1)",
+        )
+    finally:
+        spec = {"spec": {"template": {"spec": {"tolerations": tolerations}}}}
+        cluster.kubectl("patch", "deployment", deployment, "-n", SYSTEM_NS, "-p", json.dumps(spec))
