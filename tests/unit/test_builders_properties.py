@@ -111,7 +111,10 @@ def scaling(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         res["memory"] = draw(memory)
     if draw(st.booleans()):
-        res["gpu"] = draw(st.integers(0, 8))
+        # The shorthand or the Kubernetes name: the same resource either way.
+        res[draw(st.sampled_from(["gpu", "nvidia.com/gpu"]))] = draw(st.integers(0, 8))
+    if draw(st.booleans()):
+        res[draw(st.sampled_from(["rdma/ib", "vpc.amazonaws.com/efa"]))] = draw(st.integers(0, 4))
     if draw(st.booleans()):
         res["custom"] = draw(st.dictionaries(plain_keys, st.floats(0.1, 16), max_size=2))
     if res:
@@ -168,6 +171,10 @@ overrides = st.fixed_dictionaries(
         "serviceAccountName": dns_label,
         "labels": _with(labels, planted_tooling_labels),
         "annotations": _with(labels, planted_tooling),
+        "schedulerName": dns_label,
+        "runtimeClassName": dns_label,
+        "hostNetwork": st.booleans(),
+        "imagePullSecrets": st.lists(st.fixed_dictionaries({"name": dns_label}), max_size=2),
     },
 )
 
@@ -308,6 +315,23 @@ def test_no_tooling_or_gitops_key_in_any_child(case: tuple[TrainJob, Meta, int])
         *build_rbac(tj, meta),
     ]
     assert not _all_keys(objs) & set(TOOLING_KEYS)
+
+
+@PROPS
+@given(trainjobs())
+def test_worker_resources_by_kubernetes_name_are_per_worker_times_workers_per_pod(
+    case: tuple[TrainJob, Meta, int],
+) -> None:
+    tj, meta, attempt = case
+    rj = build_rayjob(tj, meta, attempt, suspend=False)
+    group = rj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+    per_pod = tj.spec.scaling.workers_per_pod
+    res = tj.spec.scaling.resources_per_worker
+    for name, amount in (res.kubernetes if res is not None else {}).items():
+        assert limits[name] == str(int(amount) * per_pod)
+    gpus = render_contract(tj, meta, attempt)["scaling"]["resourcesPerWorker"].get("GPU", 0)
+    assert int(limits.get("nvidia.com/gpu", "0")) == gpus * per_pod
 
 
 @PROPS
