@@ -10,6 +10,7 @@ condition's reason and message, and the attempt's Warning Event.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -116,7 +117,8 @@ def test_a_python_exception_in_the_loop_fails_at_once_with_its_traceback(
     assert "examples/digits/train.py" in message and "int(config.get(" in message
     assert tj["status"]["restarts"] == 0
     trainer = tj["status"]["trainerStatus"]["message"]
-    assert trainer.startswith("training failed: worker 0: ValueError: invalid literal for int()")
+    # The workers that failed before Ray Train stopped the group: one or both.
+    assert re.match(r"training failed: worker \d: ValueError: invalid literal for int\(\)", trainer)
 
 
 TAINT = "raytrain.dev/triage-node-lost"
