@@ -53,7 +53,7 @@ LOG_HEAD_BYTES = 256 * 1024
 LOG_TAIL_BYTES = 4 * 1024 * 1024
 #: metrics.jsonl likewise, by lines.
 METRICS_HEAD_LINES = 1000
-METRICS_TAIL_LINES = 50_000
+METRICS_TAIL_LINES = 20_000
 #: Traceback lines kept in a worker's error file.
 TRACEBACK_LINES = 40
 #: Seconds the final write (at exit, on SIGTERM) may take before the process goes on exiting.
@@ -196,10 +196,15 @@ class RunLog:
             self._metrics.add(line)
             self._dirty.add(METRICS)
 
-    def worker_errors(self, errors: Mapping[int, str]) -> None:
-        """Error summaries by worker rank; written at once (the pods may go soon)."""
+    def worker_errors(self, errors: Mapping[int, str], *, replace: bool = True) -> None:
+        """Error summaries by worker rank; written at once (the pods may go soon).
+
+        ``replace=False`` keeps a rank's text when it already has one (a fuller one).
+        """
         with self._lock:
             for rank, text in errors.items():
+                if not replace and int(rank) in self._errors:
+                    continue
                 self._errors[int(rank)] = text
                 self._dirty.add(WORKER_ERROR.format(rank=int(rank)))
         self._wake.set()

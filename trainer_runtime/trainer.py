@@ -61,12 +61,42 @@ def _make_bridge(queue: Any, target: StorageTarget) -> Any:
         def after_exception(self, run_context: Any, worker_exceptions: Any) -> None:
             try:
                 queue.put_nowait(("error", describe_worker_errors(worker_exceptions), None))
+                # Without their tracebacks (Ray unwraps them for user callbacks): kept only
+                # where the WorkerErrorBridge below has not given the full text.
                 details = {r: worker_error_text(e) for r, e in worker_exceptions.items()}
-                queue.put_nowait(("worker_errors", details, None))
+                queue.put_nowait(("worker_errors_short", details, None))
             except Exception:
                 log.exception("could not forward a worker error")
 
     return ReportBridge()
+
+
+def _make_error_bridge(queue: Any) -> Any | None:
+    """A Ray Train worker-group callback (runs in the controller) that forwards each failed
+    worker's error with its traceback into ``queue``, for the run log.
+
+    A ``UserCallback`` gets the workers' exceptions without their tracebacks; the worker
+    group's poll status still holds Ray's wrapper with the traceback text. Ray Train passes
+    callbacks that are not ``UserCallback``s on to its controller as they are. This is Ray's
+    internal API: when it is not there, the run log has the errors without tracebacks.
+    """
+    try:
+        from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+    except ImportError:
+        return None
+
+    class WorkerErrorBridge(WorkerGroupCallback):  # type: ignore[misc]
+        def after_worker_group_poll_status(self, worker_group_status: Any) -> None:
+            try:
+                statuses = worker_group_status.worker_statuses.items()
+                errors = {r: s.error for r, s in statuses if s.error is not None}
+                if errors:
+                    details = {r: worker_error_text(e) for r, e in errors.items()}
+                    queue.put_nowait(("worker_errors", details, None))
+            except Exception:  # the run log must never break training
+                log.exception("could not forward a worker's traceback")
+
+    return WorkerErrorBridge()
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -331,9 +361,9 @@ def _drain(
             reporter.on_report(payload, uri)
             if runlog is not None:
                 runlog.metric(payload, uri, step=reporter.state.step)
-        elif kind == "worker_errors":
+        elif kind in ("worker_errors", "worker_errors_short"):
             if runlog is not None:
-                runlog.worker_errors(payload)
+                runlog.worker_errors(payload, replace=kind == "worker_errors")
         else:
             reporter.on_worker_error(payload)
 
@@ -434,6 +464,8 @@ def _run_training(
         watch = start_watch(list(contract.datasets), training_cpus(contract))
     try:
         bridge = _make_bridge(queue, target)
+        error_bridge = _make_error_bridge(queue)
+        bridges = [bridge] if error_bridge is None else [bridge, error_bridge]
         if contract.tune is not None:
             from trainer_runtime.tune import run_tune
 
@@ -441,7 +473,7 @@ def _run_training(
                 contract.tune,
                 contract.config,
                 lambda cfg, name, cbs: make_trainer(
-                    contract, train_fn, target, [*cbs, bridge], config=cfg, name=name
+                    contract, train_fn, target, [*cbs, *bridges], config=cfg, name=name
                 ),
                 run_name=contract.run_name,
                 storage_path=target.path,
@@ -455,7 +487,7 @@ def _run_training(
             if errors and len(errors) == len(grid):
                 raise errors[0]
         else:
-            result = make_trainer(contract, train_fn, target, [bridge]).fit()
+            result = make_trainer(contract, train_fn, target, bridges).fit()
             metrics = result.metrics or {}
             shown = ", ".join(
                 f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
@@ -470,7 +502,8 @@ def _run_training(
         failures = getattr(exc, "worker_failures", None)
         if runlog is not None and isinstance(failures, dict) and failures:
             # Also here: the controller's own copy may not have reached the queue.
-            runlog.worker_errors({r: worker_error_text(e) for r, e in failures.items()})
+            short = {r: worker_error_text(e) for r, e in failures.items()}
+            runlog.worker_errors(short, replace=False)
         reporter.finish(FAILED, message)
         return EXIT_TRAINING_FAILED
     _stop(stop, drainer, watch)

@@ -287,3 +287,14 @@ def test_cat_prints_a_file_and_says_what_the_directory_holds_when_it_is_missing(
     code, message = runlog.cat(str(tmp_path / "run" / "attempt-7" / "driver.log"), io.BytesIO())
     assert code == runlog.EXIT_MISSING
     assert "attempt-7 does not exist" in message and "never started" in message
+
+
+def test_a_fuller_worker_error_is_not_replaced_by_a_shorter_one(tmp_path: Path) -> None:
+    log, directory = _runlog(tmp_path)
+    log.worker_errors({0: "without traceback\n"}, replace=False)
+    log.worker_errors({0: "with traceback\n", 1: "rank 1 with traceback\n"})
+    log.worker_errors({0: "without\n", 1: "without\n", 2: "rank 2 without\n"}, replace=False)
+    log.flush()
+    assert (directory / "worker-0.error.txt").read_text() == "with traceback\n"
+    assert (directory / "worker-1.error.txt").read_text() == "rank 1 with traceback\n"
+    assert (directory / "worker-2.error.txt").read_text() == "rank 2 without\n"
