@@ -395,3 +395,12 @@ def test_the_named_attempt_of_a_finished_job_is_read_from_storage(
     (pod,) = _created(api)
     assert pod["spec"]["containers"][0]["command"][4] == f"{S3_DIR}/attempt-1/driver.log"
     assert not any("labelSelector" in r["query"] for r in api.requests)
+
+
+def test_follow_on_a_failed_job_without_its_submitter_reads_the_stored_log(
+    api: type[_API], capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.trainjob = _trainjob(1, "Failed")
+    assert _logs("-f") == 0
+    assert capsys.readouterr().out == api.reader_log
+    assert _deleted(api) == [READER]
