@@ -290,3 +290,19 @@ def test_ray_trains_own_errors(message: str, reason: str) -> None:
     assert t.reason == reason, t
     if reason == "UserException":
         assert t.exception == "ZeroDivisionError"
+
+
+def test_kuberays_words_make_a_user_exception_only_with_a_traceback() -> None:
+    submitter = {
+        "jobDeploymentStatus": "Failed",
+        "reason": "AppFailed",
+        "message": "Job submission failed: RuntimeError: the head is not reachable",
+    }
+    assert classify_(rayjob_status=submitter).reason == "Unknown"
+    logged = {
+        "jobDeploymentStatus": "Failed",
+        "message": "Job entrypoint command failed with exit code 1, last available logs "
+        "(truncated to 20,000 chars):\n" + USER_TRACEBACK,
+    }
+    found = classify_(rayjob_status=logged)
+    assert found.reason == "UserException" and found.exception == "KeyError"

@@ -367,7 +367,9 @@ def exception_type(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _from_text(text: str, source: str) -> Triage | None:
+def _from_text(text: str, source: str, *, user_needs_traceback: bool = False) -> Triage | None:
+    """The class a failure message shows. With `user_needs_traceback` (KubeRay's words, which
+    quote the driver's log), only a Python traceback makes it a user exception."""
     if not text.strip():
         return None
     if _RAY_MEMORY.search(text):
@@ -408,7 +410,8 @@ def _from_text(text: str, source: str) -> Triage | None:
             "latest checkpoint",
             exception=exc,
         )
-    if exc and short not in _SYSTEM_EXCEPTIONS:
+    traced = "Traceback (most recent call last):" in text
+    if exc and short not in _SYSTEM_EXCEPTIONS and (traced or not user_needs_traceback):
         return Triage(
             FailureClass.USER_EXCEPTION,
             f"the training code raised {exc} ({source}):\n{last_traceback_lines(text)}",
@@ -444,7 +447,7 @@ def classify(evidence: Evidence) -> Triage:
             return found
     rj = evidence.rayjob_status
     rj_text = "\n".join(str(rj.get(k)) for k in ("message", "failedReason", "reason") if rj.get(k))
-    found = _from_text(rj_text, "from the RayJob's status")
+    found = _from_text(rj_text, "from the RayJob's status", user_needs_traceback=True)
     if found is not None:
         return found
     detail = str(report.get("message") or "") if report.get("phase") == "Failed" else ""
