@@ -262,12 +262,12 @@ def _image(pods: Sequence[Mapping[str, Any]]) -> Triage | None:
             if permanent:
                 fix = (
                     "the image reference cannot work as written: fix spec.image (name, tag, "
-                    "registry); not retried, the same image fails the same way"
+                    "registry)"
                 )
             else:
                 fix = (
                     "check that the node reaches the registry and that the pods' pull "
-                    "credentials may read the image; retried"
+                    "credentials may read the image"
                 )
             return Triage(
                 FailureClass.IMAGE_PULL_FAILED,
@@ -292,7 +292,7 @@ def _node_lost(pods: Sequence[Mapping[str, Any]]) -> Triage | None:
             return Triage(
                 FailureClass.NODE_LOST,
                 f"pod {name}{where} was lost ({reason}: {detail}); the node, not the training "
-                "code, ended the attempt; retried from the latest checkpoint",
+                "code, ended the attempt",
                 pod=name,
             )
         for cond in st.get("conditions") or []:
@@ -307,7 +307,7 @@ def _node_lost(pods: Sequence[Mapping[str, Any]]) -> Triage | None:
                     FailureClass.NODE_LOST,
                     f"pod {name}{where} was deleted by Kubernetes ({cond.get('reason')}: "
                     f"{cond.get('message') or 'no message'}); the node went away, not the "
-                    "training code; retried from the latest checkpoint",
+                    "training code",
                     pod=name,
                 )
     return None
@@ -325,7 +325,7 @@ def _unschedulable(
                 FailureClass.UNSCHEDULABLE,
                 f"a ResourceQuota refuses the pods ({event.get('reason') or 'FailedCreate'} on "
                 f"{who}: {message}); ask for more quota in the namespace or lower "
-                "spec.scaling (numWorkers, resourcesPerWorker); retried",
+                "spec.scaling (numWorkers, resourcesPerWorker)",
             )
     for pod in pods:
         for cond in (pod.get("status") or {}).get("conditions") or []:
@@ -339,7 +339,7 @@ def _unschedulable(
                     FailureClass.UNSCHEDULABLE,
                     f"pod {name} cannot be scheduled: {cond.get('message') or 'no message'}; "
                     "no node has the resources the pod requests: lower spec.scaling "
-                    "(resourcesPerWorker, numWorkers) or add nodes; retried",
+                    "(resourcesPerWorker, numWorkers) or add nodes",
                     pod=name,
                 )
     return None
@@ -384,15 +384,14 @@ def _from_text(text: str, source: str, *, user_needs_traceback: bool = False) ->
             FailureClass.COLLECTIVE_TIMEOUT,
             f"a collective operation (NCCL/gloo) timed out or lost a peer ({source}"
             f"{': ' + exc if exc else ''}):\n{last_traceback_lines(text)}\nA worker stalled or "
-            "died while the others waited; retried from the latest checkpoint. If it recurs "
-            "at the same step, look for a rank that skips a collective",
+            "died while the others waited. If it recurs at the same step, look for a rank "
+            "that skips a collective",
             exception=exc,
         )
     if _RAY_NODE.search(text):
         return Triage(
             FailureClass.NODE_LOST,
-            f"a Ray node died ({source}: {last_traceback_lines(text, 4)}); retried from the "
-            "latest checkpoint",
+            f"a Ray node died ({source}: {last_traceback_lines(text, 4)})",
         )
     short = exc.rsplit(".", 1)[-1] if exc else None
     if short in _RAY_UNPLACED:
@@ -400,14 +399,13 @@ def _from_text(text: str, source: str, *, user_needs_traceback: bool = False) ->
             FailureClass.UNSCHEDULABLE,
             f"Ray Train could not place its workers ({source}: {last_traceback_lines(text, 4)})"
             "; the Ray cluster lacks the resources spec.scaling asks for: lower "
-            "resourcesPerWorker or numWorkers, or add nodes; retried",
+            "resourcesPerWorker or numWorkers, or add nodes",
             exception=exc,
         )
     if short in _RAY_PREEMPTED:
         return Triage(
             FailureClass.NODE_LOST,
-            f"a node was preempted ({source}: {last_traceback_lines(text, 4)}); retried from the "
-            "latest checkpoint",
+            f"a node was preempted ({source}: {last_traceback_lines(text, 4)})",
             exception=exc,
         )
     traced = "Traceback (most recent call last):" in text
@@ -460,7 +458,10 @@ def advice(triage: Triage, retried: bool, policy: RetryPolicy = DEFAULT_POLICY) 
     if retried:
         return ""
     if triage.permanent:
-        return " Not retried: the same input fails the same way."
+        return (
+            " Not retried: the same input fails the same way on every attempt, so "
+            "spec.backoffLimit is not spent on it."
+        )
     default = policy["classes"].get(triage.reason)
     if default is False:
         why = {
@@ -470,7 +471,7 @@ def advice(triage: Triage, retried: bool, policy: RetryPolicy = DEFAULT_POLICY) 
         }.get(triage.failure_class, "this class is not retried")
         return (
             f" Not retried ({why}), so spec.backoffLimit is not spent on it; fix the cause "
-            "and create the TrainJob again (it resumes from the latest checkpoint)."
+            "and create the TrainJob again."
         )
     return ""
 
