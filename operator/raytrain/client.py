@@ -456,8 +456,9 @@ class TrainJobClient:
         An earlier `attempt`, a `worker`'s error (`worker-<rank>.error.txt`), the `metrics`
         history (`metrics.jsonl`), and the current attempt's driver once its submitter pod is gone
         (a failed, finished or suspended job) are read from what the runtime stored beside the
-        checkpoints, through a short-lived pod in the job's namespace (`raytrain-log-reader`
-        below); that needs RBAC to create, watch and delete pods and to read pods/log there.
+        checkpoints, through a short-lived pod in the job's namespace that runs the job's image
+        with its storage settings (builders/reader.py) and is deleted once read; that needs RBAC
+        to create, get, watch and delete pods and to get pods/log there.
         LogsUnavailableError says why when there is nothing to read.
         """
         ns = self._ns(namespace)
