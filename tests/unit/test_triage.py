@@ -306,3 +306,14 @@ def test_kuberays_words_make_a_user_exception_only_with_a_traceback() -> None:
     }
     found = classify_(rayjob_status=logged)
     assert found.reason == "UserException" and found.exception == "KeyError"
+
+
+def test_an_exception_with_the_words_of_a_passing_fault_is_not_the_users() -> None:
+    # What storage_target raises when the S3 endpoint does not answer (pyarrow's words).
+    s3 = (
+        "OSError: When getting information for bucket 'raytrain': AWS Error "
+        "NETWORK_CONNECTION during HeadBucket operation: curlCode: 7, Couldn't connect to server"
+    )
+    assert classify_(report={"phase": "Failed", "message": s3}).reason == "Unknown"
+    missing = "FileNotFoundError: [Errno 2] No such file or directory: '/data/train.csv'"
+    assert classify_(report={"phase": "Failed", "message": missing}).reason == "UserException"

@@ -181,6 +181,14 @@ _SYSTEM_EXCEPTIONS = frozenset(
         "WorkerHealthCheckFailedError",
     }
 )
+#: Words of a passing fault (a network, a store that is busy): such an exception is not the
+#: training code's bug even when the code raised it.
+_TRANSIENT = re.compile(
+    r"connection (?:refused|reset|aborted|closed)|timed out|temporar(?:y|ily) unavailable"
+    r"|network is unreachable|name resolution|NETWORK_CONNECTION|service unavailable"
+    r"|SlowDown|throttl",
+    re.IGNORECASE,
+)
 #: Ray Train's words for a worker group that never got its resources, and for a preemption.
 _RAY_UNPLACED = frozenset({"WorkerGroupStartupTimeoutError", "InsufficientClusterResourcesError"})
 _RAY_PREEMPTED = frozenset({"PreemptionError"})
@@ -409,6 +417,8 @@ def _from_text(text: str, source: str, *, user_needs_traceback: bool = False) ->
             exception=exc,
         )
     traced = "Traceback (most recent call last):" in text
+    if _TRANSIENT.search(text):
+        return None
     if exc and short not in _SYSTEM_EXCEPTIONS and (traced or not user_needs_traceback):
         return Triage(
             FailureClass.USER_EXCEPTION,
