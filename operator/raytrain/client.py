@@ -507,8 +507,8 @@ class TrainJobClient:
             )
         pod_name = str(pod["metadata"]["name"])
         with self._api(f"reading the log of pod {ns}/{pod_name}", ns):
-            text = self._core.read_namespaced_pod_log(pod_name, ns, **kwargs)
-        return iter(str(text).splitlines())
+            text = self._read_pod_log(pod_name, ns, kwargs)
+        return iter(text.splitlines())
 
     # ------------------------------------------------------------------ stored logs
 
@@ -584,14 +584,19 @@ class TrainJobClient:
             if tail_lines is not None and tail_lines >= 0:
                 kwargs["tail_lines"] = tail_lines
             with self._api(f"reading the log of pod {namespace}/{pod_name}", namespace):
-                # Raw bytes: this client turns a "str" response into the repr of its bytes.
-                response = self._core.read_namespaced_pod_log(
-                    pod_name, namespace, _preload_content=False, **kwargs
-                )
-                text = response.data.decode("utf-8", "replace")
+                text = self._read_pod_log(pod_name, namespace, kwargs)
             return iter(text.splitlines())
         finally:
             self._delete_reader(namespace, pod_name)
+
+    def _read_pod_log(self, pod_name: str, namespace: str, kwargs: dict[str, Any]) -> str:
+        """A container's log as text. Read raw: the kubernetes client turns a log it preloads
+        into the repr of its bytes (``b'...'`` on one line)."""
+        response = self._core.read_namespaced_pod_log(
+            pod_name, namespace, _preload_content=False, **kwargs
+        )
+        data = response.data
+        return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
 
     def _wait_for_reader(
         self,
