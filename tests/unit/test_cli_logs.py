@@ -164,7 +164,7 @@ class _FakeCore:
     def read_namespaced_pod_log(self, name: str, namespace: str, **kwargs: Any) -> Any:
         # As the kubernetes client answers: raw (urllib3's response, its bytes in .data) when
         # asked not to preload, else the repr of those bytes, which is what it returns for a log.
-        raw = "epoch 1 loss 0.3\n".encode()
+        raw = b"epoch 1 loss 0.3\n"
         preload = kwargs.pop("_preload_content", True)
         self.reads.append((name, namespace, kwargs))
         return str(raw) if preload else SimpleNamespace(data=raw)
