@@ -1198,11 +1198,15 @@ class PodOverrides(_Model):
     labels: dict[str, _LabelValue] | None = Field(
         default=None, json_schema_extra=_label_map("spec.*.labels", "label")
     )
-    """Extra pod labels."""
+    """Extra pod labels. Tooling and GitOps keys (kubectl.kubernetes.io/*, kopf.zalando.org/*,
+    argocd.argoproj.io/*, Flux's, app.kubernetes.io/instance) are dropped, and of
+    kueue.x-k8s.io/* only the keys schedulers read pass (topology, priority class; the queue
+    comes from spec.queueName); Volcano, KAI and YuniKorn queue and group keys pass too."""
     annotations: dict[str, Annotated[str, Field(max_length=8192)]] | None = Field(
         default=None, json_schema_extra=_label_map("spec.*.annotations", "annotation")
     )
-    """Extra pod annotations."""
+    """Extra pod annotations, filtered like labels (Kueue's podset-required-topology and
+    podset-preferred-topology pass: topology-aware scheduling reads them here)."""
     termination_grace_period_seconds: int | None = Field(default=None, ge=1, le=86400)
     """Seconds a pod has to stop after a delete, a drain or a suspend before it is killed.
     Default 120: room for a preStop hook, for example to finish a checkpoint upload; pods that
