@@ -44,6 +44,10 @@ def rbac() -> Any:
     return kubernetes.client.RbacAuthorizationV1Api(client())
 
 
+def policy() -> Any:
+    return kubernetes.client.PolicyV1Api(client())
+
+
 def custom() -> Any:
     return kubernetes.client.CustomObjectsApi(client())
 
@@ -73,12 +77,16 @@ _CORE_KINDS = {
     "ServiceAccount": ("serviceaccounts", "service_account"),
 }
 _RBAC_KINDS = {"Role": ("roles", "role"), "RoleBinding": ("rolebindings", "role_binding")}
+_POLICY_KINDS = {"PodDisruptionBudget": ("poddisruptionbudgets", "pod_disruption_budget")}
 
 
 def _api_for(kind: str) -> tuple[Any, str, str]:
     if kind in _CORE_KINDS:
         resource, suffix = _CORE_KINDS[kind]
         return core(), resource, suffix
+    if kind in _POLICY_KINDS:
+        resource, suffix = _POLICY_KINDS[kind]
+        return policy(), resource, suffix
     resource, suffix = _RBAC_KINDS[kind]
     return rbac(), resource, suffix
 

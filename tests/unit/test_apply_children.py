@@ -67,6 +67,7 @@ CHILDREN = [
     ("ServiceAccount", "digits-runtime"),
     ("Role", "digits-runtime"),
     ("RoleBinding", "digits-runtime"),
+    ("PodDisruptionBudget", "digits-ray"),
     ("RayJob", "digits-0"),
 ]
 

@@ -34,6 +34,8 @@ def documented_rbac() -> dict[tuple[str, str], set[str]]:
     """The table under "## RBAC" in docs/operator.md: (apiGroup, resource) -> verbs."""
     text = OPERATOR_DOC.read_text()
     section = text.split("\n## RBAC\n", 1)[1].split("\n## ", 1)[0]
+    # The PodDisruptionBudget's rule is documented with the rest of that feature.
+    section += text.split("\n## Disruptions and preemptions\n", 1)[1].split("\n## ", 1)[0]
     table: dict[tuple[str, str], set[str]] = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

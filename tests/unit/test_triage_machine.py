@@ -64,7 +64,8 @@ def test_oomkilled_fails_at_once_naming_pod_exit_code_and_memory() -> None:
 
 def test_node_lost_is_retried_then_the_backoff_limit_names_the_class() -> None:
     lost = pod(phase="Failed", reason="NodeLost", message="Node node-a is unresponsive")
-    st: dict[str, Any] = {"attempt": 0, "restarts": 0}
+    # With spec.disruption.maxPreemptions spent, a lost node spends spec.backoffLimit.
+    st: dict[str, Any] = {"attempt": 0, "restarts": 0, "preemptions": 10}
     rj = rayjob(deployment="Failed", job_status="FAILED")
     p = run(tj(backoffLimit=1), st, rj, attempt_pods=[lost])
     assert p.status["attempt"] == 1 and p.phase == "Pending"

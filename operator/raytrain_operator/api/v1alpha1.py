@@ -1107,6 +1107,28 @@ class FailureSpec(_Model):
     """Worker-group failures tolerated before the attempt fails; -1 retries forever."""
 
 
+class DisruptionSpec(_Model):
+    """How the job meets a node drain, an eviction, a Kueue preemption or a spot reclaim."""
+
+    pod_disruption_budget: bool = True
+    """Create a PodDisruptionBudget (policy/v1) over the job's Ray pods with maxUnavailable 1:
+    a node drain or any other Eviction API caller then takes the pods one at a time, each after
+    the previous one is gone, so the job checkpoints and restarts from one lost pod instead of
+    losing every worker at once. It does not stop a spot reclaim or a Kueue preemption, which do
+    not ask the Eviction API. false: no budget (a drain evicts every pod at once)."""
+    max_preemptions: int = Field(default=10, ge=0, le=1000)
+    """Attempts that may fail because Kubernetes took a pod away (an eviction, a drain, a
+    preemption, a lost node: the pod's DisruptionTarget condition or a NodeLost failure) and
+    are retried from the latest checkpoint without spending spec.backoffLimit. Counted in
+    status.preemptions; past it, such a failure spends spec.backoffLimit like any other.
+    Inside one cluster, Ray Train retries a drained worker against its own budget."""
+    termination_grace_period_seconds: int | None = Field(default=None, ge=1, le=86400)
+    """Seconds a Ray pod has between the start of its deletion (an eviction, a drain) and its
+    kill, unless spec.head or spec.workerTemplate sets its own; default 120. A worker's preStop
+    hook tells Ray the node is going with a deadline 10 s short of it, so a loop that calls
+    ray.train.get_preemption_info() can report a checkpoint in that time."""
+
+
 class DatasetSpec(_Model):
     """A named input read with Ray Data and sharded across the workers."""
 
@@ -1341,6 +1363,9 @@ class TrainJobSpec(_Model):
     """Checkpoint retention (CheckpointConfig)."""
     failure: FailureSpec | None = None
     """Worker-group restarts inside one cluster (FailureConfig)."""
+    disruption: DisruptionSpec | None = _new()
+    """Drains, evictions and preemptions: a PodDisruptionBudget, the pods' grace period and a
+    retry budget of their own (see its fields)."""
     backoff_limit: int = Field(default=0, ge=0, le=100)
     """Cluster-level retries: each is a new Ray cluster that resumes from the latest checkpoint."""
     datasets: dict[str, DatasetSpec] | None = Field(
@@ -1472,6 +1497,9 @@ class TrainJobStatus(_Model):
     """When the job reached Succeeded or Failed."""
     restarts: int | None = None
     """Cluster-level retries so far."""
+    preemptions: int | None = None
+    """Attempts retried because Kubernetes took a pod away (spec.disruption.maxPreemptions);
+    they spend no spec.backoffLimit retry."""
     attempt: int | None = None
     """Current attempt number (the RayJob name suffix)."""
     ray_job_name: str | None = None

@@ -40,6 +40,11 @@ def runtime_account_name(name: str) -> str:
     return f"{name}-runtime"
 
 
+def disruption_budget_name(name: str) -> str:
+    """The PodDisruptionBudget over the job's Ray pods (shorter than KubeRay's pod names)."""
+    return f"{name}-ray"
+
+
 def run_name(name: str, uid: str) -> str:
     """Ray Train run name: stable across attempts, new for a re-created TrainJob of this name."""
     hex_digits = uid.replace("-", "").lower()[:RUN_NAME_UID_HEX]

@@ -76,6 +76,12 @@ RUNTIME_GID = 1000
 #: against MinIO on loopback, 10 GB take 25 s; a real bucket is several times slower).
 #: It bounds what runs before the SIGTERM (a preStop hook): nothing waits for it otherwise.
 DEFAULT_TERMINATION_GRACE_SECONDS = 120
+#: A worker's preStop hook (trainer_runtime/drain.py) tells Ray its node goes at the end of the
+#: grace period less this margin, which is left for Ray's own shutdown after the SIGTERM.
+DRAIN_MARGIN_SECONDS = 10
+DRAIN_COMMAND = ["python", "-m", "trainer_runtime.drain"]
+#: Seconds from the start of a worker's deletion to the deadline its drain gives Ray.
+ENV_DRAIN_SECONDS = "RAYTRAIN_DRAIN_SECONDS"
 
 #: KubeRay's name for the submitter container; it fills in the `ray job submit` command of a
 #: container of that name when the command is empty (rayjob_controller.go, K8sJobMode).
@@ -402,6 +408,20 @@ def harden_pod(pod: dict[str, Any], grace_seconds: int | None) -> None:
         container["securityContext"] = container_security_context()
 
 
+def add_drain_hook(container: dict[str, Any], grace_seconds: int) -> None:
+    """A preStop hook that drains the worker's Ray node before the container gets SIGTERM.
+
+    Ray Train (2.60) watches Ray's draining nodes: the training loop then sees
+    `ray.train.get_preemption_info()` and can report a checkpoint, and the controller restarts
+    the worker group once the deadline passes, against FailureConfig.max_preemption_failures
+    rather than max_failures. The hook waits while the pod's Ray Train worker lives, up to the
+    deadline; a pod with none (the job has finished) stops at once.
+    """
+    container["lifecycle"] = {"preStop": {"exec": {"command": list(DRAIN_COMMAND)}}}
+    seconds = max(1, grace_seconds - DRAIN_MARGIN_SECONDS)
+    container["env"].append({"name": ENV_DRAIN_SECONDS, "value": str(seconds)})
+
+
 def build_submitter_template(spec: TrainJobSpec, meta: Meta, attempt: int) -> dict[str, Any]:
     """KubeRay's submitter pod (K8sJobMode), hardened like the Ray pods.
 
@@ -559,7 +579,12 @@ def build_pod_template(
             *copy.deepcopy((overrides.volumes if overrides else None) or []),
         ],
     }
-    harden_pod(pod, overrides.termination_grace_period_seconds if overrides else None)
+    grace = overrides.termination_grace_period_seconds if overrides else None
+    if grace is None and spec.disruption is not None:
+        grace = spec.disruption.termination_grace_period_seconds
+    harden_pod(pod, grace)
+    if role == "worker":
+        add_drain_hook(container, int(pod["terminationGracePeriodSeconds"]))
     if role == "worker" and spec.network is not None:
         # Explicit and only where RDMA runs: every other capability stays dropped.
         container["securityContext"]["capabilities"]["add"] = [RDMA_CAPABILITY]

@@ -28,13 +28,18 @@ from raytrain_contract.timefmt import parse_rfc3339
 from raytrain_operator import k8s, metrics
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import build_contract_configmap
+from raytrain_operator.builders.disruption import build_pod_disruption_budget
 from raytrain_operator.builders.meta import (
     ANNOTATION_SUSPENDED_BY_USER,
     LABEL_ATTEMPT,
     LABEL_TRAINJOB,
     Meta,
 )
-from raytrain_operator.builders.names import contract_configmap_name, runtime_account_name
+from raytrain_operator.builders.names import (
+    contract_configmap_name,
+    disruption_budget_name,
+    runtime_account_name,
+)
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
 from raytrain_operator.handlers.wake import WAKER
@@ -174,6 +179,12 @@ def ensure_children(
     _ensure(build_contract_configmap(trainjob, meta, action.attempt), meta)
     for obj in build_rbac(trainjob, meta):
         _ensure(obj, meta)
+    budget = build_pod_disruption_budget(trainjob, meta)
+    if budget is not None:
+        _ensure(budget, meta)
+    else:
+        # spec.disruption.podDisruptionBudget turned off: the budget of an earlier attempt goes.
+        k8s.delete("PodDisruptionBudget", meta.namespace, disruption_budget_name(meta.name))
     rayjob = build_rayjob(trainjob, meta, action.attempt, suspend=action.suspend)
     if _ensure(rayjob, meta):
         # Its ADDED event brings nothing this pass does not know: it wakes no pass.
@@ -194,6 +205,7 @@ def delete_children(meta: Meta) -> None:
     k8s.delete("ConfigMap", meta.namespace, contract_configmap_name(meta.name))
     for kind in ("RoleBinding", "Role", "ServiceAccount"):
         k8s.delete(kind, meta.namespace, runtime_account_name(meta.name))
+    k8s.delete("PodDisruptionBudget", meta.namespace, disruption_budget_name(meta.name))
 
 
 def run(

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from raytrain_contract.timefmt import parse_rfc3339, rfc3339
-from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_operator.api.v1alpha1 import DisruptionSpec, TrainJob
 from raytrain_operator.builders.meta import (
     ANNOTATION_CHECKPOINT_REQUESTED,
     ANNOTATION_GENERATION,
@@ -663,6 +663,13 @@ def _attempt_failed(
     elif found.pod is not None and said:
         # The class came from the pods: keep what the runtime or KubeRay said beside it.
         what += f" (then: {said})"
+    preempted = preemption(found, b.obs.attempt_pods)
+    if preempted is not None:
+        budget = max_preemptions(tj)
+        used = int(b.obs.status.get("preemptions") or 0)
+        if used < budget:
+            return _preempted(b, attempt, restarts, used, budget, preempted)
+        what += f" (spec.disruption.maxPreemptions {budget} spent: this one counts as a failure)"
     limit = tj.spec.backoff_limit
     retry = triage.retry_decision(
         found.failure_class, found.exit_code, triage.DEFAULT_POLICY, permanent=found.permanent
@@ -691,6 +698,53 @@ def _attempt_failed(
             "retries are used up",
         )
     return _fail(b, found.reason, f"attempt {attempt} failed ({found.reason}): {what}")
+
+
+#: Reasons of a pod's DisruptionTarget condition (set by whoever takes a pod away) that are
+#: not in triage's NodeLost: an Eviction API call (a drain) and a scheduler's preemption.
+PREEMPTION_DISRUPTIONS = ("EvictionByEvictionAPI", "PreemptionByScheduler", "PreemptionByKueue")
+
+
+def max_preemptions(tj: TrainJob) -> int:
+    """spec.disruption.maxPreemptions, or its default."""
+    return (tj.spec.disruption or DisruptionSpec()).max_preemptions
+
+
+def preemption(found: triage.Triage, pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """What took the attempt's pod away when Kubernetes did (triage's NodeLost, or a pod's
+    DisruptionTarget condition of an eviction or a preemption), in words; None otherwise."""
+    if found.failure_class is triage.FailureClass.NODE_LOST:
+        return found.message
+    for pod in pods:
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if (
+                cond.get("type") == "DisruptionTarget"
+                and cond.get("status") == "True"
+                and cond.get("reason") in PREEMPTION_DISRUPTIONS
+            ):
+                name = (pod.get("metadata") or {}).get("name") or "?"
+                return (
+                    f"pod {name} was taken away ({cond.get('reason')}: "
+                    f"{cond.get('message') or 'no message'})"
+                )
+    return None
+
+
+def _preempted(b: _Builder, attempt: int, restarts: int, used: int, budget: int, what: str) -> Plan:
+    """A preempted attempt: the next one resumes from the latest checkpoint, spending a
+    preemption of spec.disruption.maxPreemptions and no retry of spec.backoffLimit."""
+    _advance(b, attempt, restarts)
+    b.status["preemptions"] = used + 1
+    nxt = rayjob_name(b.obs.meta.name, attempt + 1)
+    msg = (
+        f"attempt {attempt} was preempted ({what}); preemption {used + 1} of "
+        f"spec.disruption.maxPreemptions {budget}, no spec.backoffLimit retry spent: once "
+        f"RayJob {rayjob_name(b.obs.meta.name, attempt)} and its pods are gone, RayJob {nxt} "
+        "starts from the latest checkpoint"
+    )
+    b.set(c.RUNNING, False, "Preempted", msg)
+    b.set(c.RECONCILING, True, "Preempted", msg)
+    return b.finish(PENDING)
 
 
 def _fail(b: _Builder, reason: str, message: str) -> Plan:
