@@ -24,7 +24,9 @@ def test_the_budget_covers_head_and_workers_of_every_attempt_one_at_a_time() -> 
     assert pdb["apiVersion"] == "policy/v1" and pdb["metadata"]["name"] == "digits-ray"
     assert pdb["metadata"]["ownerReferences"][0]["controller"] is True
     spec = pdb["spec"]
-    assert spec["maxUnavailable"] == 1 and spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    # Head and two workers (the factory's numWorkers): two stay, one may go.
+    assert spec["minAvailable"] == 2 and "maxUnavailable" not in spec
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     rj = build_rayjob(trainjob(), meta(), 2, suspend=False)
     cluster = rj["spec"]["rayClusterSpec"]
     pods = {
@@ -43,6 +45,12 @@ def test_the_budget_covers_head_and_workers_of_every_attempt_one_at_a_time() -> 
     assert "raytrain.dev/attempt" not in spec["selector"]["matchLabels"]
     assert spec["selector"]["matchLabels"] == {LABEL_TRAINJOB: "digits"}
     assert spec["selector"]["matchExpressions"][0]["key"] == LABEL_ROLE
+
+
+def test_an_autoscaled_cluster_keeps_its_minimum_less_one() -> None:
+    tj = trainjob(scaling={"minWorkers": 2, "maxWorkers": 4})
+    pdb = build_pod_disruption_budget(tj, meta())
+    assert pdb is not None and pdb["spec"]["minAvailable"] == 2
 
 
 def test_the_budget_can_be_turned_off() -> None:

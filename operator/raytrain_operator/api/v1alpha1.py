@@ -1111,11 +1111,12 @@ class DisruptionSpec(_Model):
     """How the job meets a node drain, an eviction, a Kueue preemption or a spot reclaim."""
 
     pod_disruption_budget: bool = True
-    """Create a PodDisruptionBudget (policy/v1) over the job's Ray pods with maxUnavailable 1:
-    a node drain or any other Eviction API caller then takes the pods one at a time, each after
-    the previous one is gone, so the job checkpoints and restarts from one lost pod instead of
-    losing every worker at once. It does not stop a spot reclaim or a Kueue preemption, which do
-    not ask the Eviction API. false: no budget (a drain evicts every pod at once)."""
+    """Create a PodDisruptionBudget (policy/v1) over the job's Ray pods that lets one go at a
+    time (minAvailable: the head and workers less one): a node drain or any other Eviction API
+    caller then takes them one by one, each after the previous one's replacement is Ready, so
+    the job checkpoints and restarts from one lost pod instead of losing every worker at once.
+    It does not stop a spot reclaim or a Kueue preemption, which do not ask the Eviction API.
+    false: no budget (a drain evicts every pod at once)."""
     max_preemptions: int = Field(default=10, ge=0, le=1000)
     """Attempts that may fail because Kubernetes took a pod away (an eviction, a drain, a
     preemption, a lost node: the pod's DisruptionTarget condition or a NodeLost failure) and
