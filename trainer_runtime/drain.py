@@ -18,7 +18,14 @@ delete, it never stops it.
 The GCS address and this pod's IP come from the environment KubeRay gives every worker
 container (``RAY_ADDRESS`` or ``FQ_RAY_IP``/``RAY_PORT``, ``MY_POD_IP``); with token
 authentication KubeRay gives it the cluster's token (``RAY_AUTH_TOKEN``) too, which Ray's
-client reads itself. No Kubernetes API call is made.
+client reads itself. A worker's hook makes no Kubernetes API call.
+
+``--head`` is the head's hook. A Ray head cannot be drained and the attempt ends with it; the
+hook reads its own pod with the pod's service account (the per-job Role grants ``get`` on
+pods) and, when the pod's DisruptionTarget condition says Kubernetes is taking it away, writes
+``status.disrupted`` (attempt, pod, reason, message) to the TrainJob: the pod may be gone by
+the time the operator sees the attempt fail, and the record lets it count the failure as a
+preemption.
 """
 
 from __future__ import annotations
@@ -138,10 +145,72 @@ def run(
     )
 
 
+def disruption_of(pod: Mapping[str, Any]) -> dict[str, str] | None:
+    """The pod's DisruptionTarget condition when it is True: Kubernetes is taking it away (an
+    eviction, a preemption, a node going); None for a plain delete."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return {
+                "reason": str(cond.get("reason") or ""),
+                "message": str(cond.get("message") or ""),
+            }
+    return None
+
+
+class Kube(Protocol):
+    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
+
+    def patch_status(self, body: dict[str, Any]) -> None: ...
+
+
+class KubernetesApi:
+    """The pod's service account: read its own pod, patch its TrainJob's status."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        from trainer_runtime.kube import KubernetesTransport
+
+        self._transport = KubernetesTransport(namespace, name)
+
+    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
+        from kubernetes import client, config
+
+        config.load_incluster_config()
+        api_client = client.ApiClient()
+        pod = client.CoreV1Api(api_client).read_namespaced_pod(name, namespace, _request_timeout=10)
+        result: Mapping[str, Any] = api_client.sanitize_for_serialization(pod)
+        return result
+
+    def patch_status(self, body: dict[str, Any]) -> None:
+        self._transport.patch_status(body)
+
+
+def record_head(
+    environ: Mapping[str, str], kube_factory: Callable[[str, str], Kube] = KubernetesApi
+) -> str:
+    """The head's hook: write status.disrupted when its pod is being taken away."""
+    namespace = environ.get("RAYTRAIN_TRAINJOB_NAMESPACE")
+    trainjob = environ.get("RAYTRAIN_TRAINJOB_NAME")
+    pod_name = environ.get("RAYTRAIN_POD_NAME")
+    attempt = environ.get("RAYTRAIN_ATTEMPT", "")
+    if not (namespace and trainjob and pod_name and attempt.isdigit()):
+        return "RAYTRAIN_TRAINJOB_NAMESPACE/NAME, RAYTRAIN_POD_NAME or RAYTRAIN_ATTEMPT unset"
+    try:
+        kube = kube_factory(namespace, trainjob)
+        seen = disruption_of(kube.read_pod(namespace, pod_name))
+        if seen is None:
+            return f"pod {pod_name} is deleted, not disrupted: nothing recorded"
+        record = {"attempt": int(attempt), "pod": pod_name, **seen}
+        kube.patch_status({"status": {"disrupted": record}})
+    except Exception as exc:  # the hook must never block the delete
+        return f"recording the disruption failed ({type(exc).__name__}: {exc})"
+    return f"recorded {seen['reason']} of head pod {pod_name} (attempt {attempt})"
+
+
 def main(argv: Iterable[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        said = run(os.environ)
+        said = record_head(os.environ) if "--head" in args else run(os.environ)
     except Exception as exc:  # never fail the preStop hook
         said = f"the drain hook failed ({type(exc).__name__}: {exc})"
     print(said, file=sys.stderr)

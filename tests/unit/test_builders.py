@@ -674,6 +674,7 @@ def test_role_allows_only_this_trainjob() -> None:
             "resourceNames": ["digits"],
             "verbs": ["get"],
         },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
     ]
 
 

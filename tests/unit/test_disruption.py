@@ -63,14 +63,20 @@ def _templates(rj: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return cluster["headGroupSpec"]["template"], cluster["workerGroupSpecs"][0]["template"]
 
 
-def test_workers_drain_their_ray_node_before_sigterm_and_the_head_does_not() -> None:
+def test_workers_drain_their_ray_node_and_the_head_records_its_disruption() -> None:
     head, worker = _templates(build_rayjob(trainjob(), meta(), 0, suspend=False))
     (w,) = worker["spec"]["containers"]
     assert w["lifecycle"]["preStop"]["exec"]["command"] == ["python", "-m", "trainer_runtime.drain"]
     env = {e["name"]: e.get("value") for e in w["env"]}
     assert worker["spec"]["terminationGracePeriodSeconds"] == 120
     assert env["RAYTRAIN_DRAIN_SECONDS"] == "110"
-    assert "lifecycle" not in head["spec"]["containers"][0]
+    (h,) = head["spec"]["containers"]
+    assert h["lifecycle"]["preStop"]["exec"]["command"] == [
+        "python", "-m", "trainer_runtime.drain", "--head",
+    ]  # fmt: skip
+    pod_name = {e["name"]: e for e in h["env"]}["RAYTRAIN_POD_NAME"]
+    assert pod_name["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert "RAYTRAIN_DRAIN_SECONDS" not in {e["name"] for e in h["env"]}
 
 
 def test_the_grace_period_comes_from_disruption_unless_the_pod_sets_its_own() -> None:
@@ -131,6 +137,23 @@ def test_a_lost_node_is_a_preemption_and_the_budget_runs_out() -> None:
     assert p2.status["restarts"] == 1 and "preemptions" not in p2.status
     assert cond(p2, "Reconciling")["reason"] == "Retrying"
     assert "maxPreemptions 1 spent" in cond(p2, "Reconciling")["message"]
+
+
+def test_a_head_the_hook_saw_disrupted_makes_the_failure_a_preemption() -> None:
+    record = {"attempt": 0, "pod": "digits-0-head-x", "reason": "PreemptionByScheduler"}
+    st: dict[str, Any] = {"attempt": 0, "restarts": 0, "disrupted": record}
+    rj = rayjob(deployment="Failed", job_status="FAILED")
+    # The head pod is gone: no pod evidence, only the hook's record.
+    p = run(trainjob(backoffLimit=0), st, rj, attempt_pods=[])
+    assert p.status["preemptions"] == 1 and p.status["attempt"] == 1
+    assert (
+        "head pod digits-0-head-x was taken away (PreemptionByScheduler"
+        in (cond(p, "Reconciling")["message"])
+    )
+    # A record of an earlier attempt says nothing about this one.
+    st = {"attempt": 1, "restarts": 0, "disrupted": record}
+    p = run(trainjob(backoffLimit=0), st, rayjob("digits-1", deployment="Failed"))
+    assert p.phase == "Failed" and "preemptions" not in p.status
 
 
 def test_a_plain_failure_is_no_preemption() -> None:
@@ -244,3 +267,50 @@ def test_the_address_follows_kuberays_environment() -> None:
     assert drain.gcs_address({"RAY_ADDRESS": "head:6379"}) == "head:6379"
     assert drain.gcs_address({"RAY_IP": "head", "RAY_PORT": "6380"}) == "head:6380"
     assert drain.gcs_address({}) is None
+
+
+class FakeKube:
+    def __init__(self, pod: dict[str, Any]) -> None:
+        self.pod = pod
+        self.patches: list[dict[str, Any]] = []
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        assert (namespace, name) == ("team-a", "digits-0-head-x")
+        return self.pod
+
+    def patch_status(self, body: dict[str, Any]) -> None:
+        self.patches.append(body)
+
+
+HEAD_ENV = {
+    "RAYTRAIN_TRAINJOB_NAMESPACE": "team-a",
+    "RAYTRAIN_TRAINJOB_NAME": "digits",
+    "RAYTRAIN_POD_NAME": "digits-0-head-x",
+    "RAYTRAIN_ATTEMPT": "3",
+}
+
+
+def test_the_head_hook_records_an_eviction_and_not_a_plain_delete() -> None:
+    kube = FakeKube(evicted())
+    said = drain.record_head(HEAD_ENV, lambda ns, name: kube)
+    assert kube.patches == [
+        {
+            "status": {
+                "disrupted": {
+                    "attempt": 3,
+                    "pod": "digits-0-head-x",
+                    "reason": "EvictionByEvictionAPI",
+                    "message": "drain",
+                }
+            }
+        }
+    ]
+    assert "recorded EvictionByEvictionAPI" in said
+    kube = FakeKube(pod(phase="Running"))
+    assert "nothing recorded" in drain.record_head(HEAD_ENV, lambda ns, name: kube)
+    kube.pod["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "False", "reason": "EvictionByEvictionAPI"}
+    ]
+    assert "nothing recorded" in drain.record_head(HEAD_ENV, lambda ns, name: kube)
+    assert kube.patches == []
+    assert "unset" in drain.record_head({}, lambda ns, name: kube)

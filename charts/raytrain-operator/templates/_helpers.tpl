@@ -65,7 +65,7 @@ must hold those verbs itself (Kubernetes refuses to let a subject grant what it 
   verbs: ["list", "watch"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "get"]
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "create", "patch", "delete"]

@@ -1469,6 +1469,20 @@ class CheckpointStatus(_Model):
     """Checkpoints reported in this run."""
 
 
+class DisruptionStatus(_Model):
+    """A Ray head pod Kubernetes took away, as its preStop hook read the pod's DisruptionTarget
+    condition (the pod itself may be gone when the attempt's failure is seen)."""
+
+    attempt: int | None = None
+    """Attempt of the pod."""
+    pod: str | None = None
+    """The pod's name."""
+    reason: str | None = None
+    """The condition's reason: EvictionByEvictionAPI, PreemptionByScheduler, ..."""
+    message: str | None = None
+    """The condition's message."""
+
+
 class WorkersStatus(_Model):
     """Worker pods."""
 
@@ -1501,6 +1515,9 @@ class TrainJobStatus(_Model):
     preemptions: int | None = None
     """Attempts retried because Kubernetes took a pod away (spec.disruption.maxPreemptions);
     they spend no spec.backoffLimit retry."""
+    disrupted: DisruptionStatus | None = None
+    """The latest Ray head pod taken away by an eviction or a preemption (its preStop hook
+    writes it): the attempt's failure then counts as a preemption."""
     attempt: int | None = None
     """Current attempt number (the RayJob name suffix)."""
     ray_job_name: str | None = None

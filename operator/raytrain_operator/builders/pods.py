@@ -82,6 +82,8 @@ DRAIN_MARGIN_SECONDS = 10
 DRAIN_COMMAND = ["python", "-m", "trainer_runtime.drain"]
 #: Seconds from the start of a worker's deletion to the deadline its drain gives Ray.
 ENV_DRAIN_SECONDS = "RAYTRAIN_DRAIN_SECONDS"
+#: The head pod's own name (the downward API), for its preStop hook.
+ENV_POD_NAME = "RAYTRAIN_POD_NAME"
 
 #: KubeRay's name for the submitter container; it fills in the `ray job submit` command of a
 #: container of that name when the command is empty (rayjob_controller.go, K8sJobMode).
@@ -422,6 +424,16 @@ def add_drain_hook(container: dict[str, Any], grace_seconds: int) -> None:
     container["env"].append({"name": ENV_DRAIN_SECONDS, "value": str(seconds)})
 
 
+def add_head_hook(container: dict[str, Any]) -> None:
+    """A preStop hook that records in the TrainJob's status (status.disrupted) that the head
+    was evicted or preempted, read from its own pod's DisruptionTarget condition: the attempt
+    ends with the head, and the pod may be gone before the operator reads it."""
+    container["lifecycle"] = {"preStop": {"exec": {"command": [*DRAIN_COMMAND, "--head"]}}}
+    container["env"].append(
+        {"name": ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    )
+
+
 def build_submitter_template(spec: TrainJobSpec, meta: Meta, attempt: int) -> dict[str, Any]:
     """KubeRay's submitter pod (K8sJobMode), hardened like the Ray pods.
 
@@ -585,6 +597,8 @@ def build_pod_template(
     harden_pod(pod, grace)
     if role == "worker":
         add_drain_hook(container, int(pod["terminationGracePeriodSeconds"]))
+    else:
+        add_head_hook(container)
     if role == "worker" and spec.network is not None:
         # Explicit and only where RDMA runs: every other capability stays dropped.
         container["securityContext"]["capabilities"]["add"] = [RDMA_CAPABILITY]

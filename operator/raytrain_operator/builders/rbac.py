@@ -37,6 +37,9 @@ def build_role(meta: Meta) -> dict[str, Any]:
                 "resourceNames": [meta.name],
                 "verbs": ["get"],
             },
+            # The head's preStop hook reads its own pod's DisruptionTarget condition (pod names
+            # are KubeRay's random ones: no resourceNames). Secrets stay out of reach.
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
         ],
     }
 

@@ -663,7 +663,7 @@ def _attempt_failed(
     elif found.pod is not None and said:
         # The class came from the pods: keep what the runtime or KubeRay said beside it.
         what += f" (then: {said})"
-    preempted = preemption(found, b.obs.attempt_pods)
+    preempted = preemption(found, b.obs.attempt_pods) or head_disrupted(b.obs.status, attempt)
     if preempted is not None:
         budget = max_preemptions(tj)
         used = int(b.obs.status.get("preemptions") or 0)
@@ -728,6 +728,17 @@ def preemption(found: triage.Triage, pods: Sequence[Mapping[str, Any]]) -> str |
                     f"{cond.get('message') or 'no message'})"
                 )
     return None
+
+
+def head_disrupted(status: Mapping[str, Any], attempt: int) -> str | None:
+    """status.disrupted of this attempt (the head's preStop hook wrote it), in words."""
+    seen = status.get("disrupted") or {}
+    if seen.get("attempt") != attempt or not seen.get("reason"):
+        return None
+    return (
+        f"head pod {seen.get('pod') or '?'} was taken away ({seen.get('reason')}: "
+        f"{seen.get('message') or 'no message'})"
+    )
 
 
 def _preempted(b: _Builder, attempt: int, restarts: int, used: int, budget: int, what: str) -> Plan:
