@@ -9,6 +9,7 @@ refuses the next one with 429 while the first is disrupted: a drain takes them o
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -90,7 +91,10 @@ def test_the_budget_lets_one_worker_go_at_a_time(
             env = {e["name"]: e.get("value") for e in ray["env"]}
             assert env["RAYTRAIN_DRAIN_SECONDS"] == "190"
         else:
-            assert "lifecycle" not in ray
+            hook = ray["lifecycle"]["preStop"]["exec"]["command"]
+            assert hook == ["python", "-m", "trainer_runtime.drain", "--head"]
+            env = {e["name"]: e for e in ray["env"]}
+            assert env["RAYTRAIN_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
 
     def counted() -> dict[str, Any] | None:
         found = get(kube_cluster, ns, "poddisruptionbudgets.policy", f"{name}-ray") or {}
@@ -104,3 +108,17 @@ def test_the_budget_lets_one_worker_go_at_a_time(
     first, second = (str(w["metadata"]["name"]) for w in workers)
     assert _evict(core, ns, first) == 201
     assert _evict(core, ns, second) == 429
+
+    # The head's preStop hook, as the pods' service account: it reads its own pod and writes
+    # status.disrupted, which the CRD's status schema keeps.
+    (head,) = [p for p in pods if p["metadata"]["labels"]["raytrain.dev/role"] == "head"]
+    head_name = str(head["metadata"]["name"])
+    as_pods = f"--as=system:serviceaccount:{ns}:{name}-runtime"
+    kube_cluster.kubectl("get", "pod", head_name, "-n", ns, as_pods)
+    record = {"attempt": 0, "pod": head_name, "reason": "EvictionByEvictionAPI", "message": "m"}
+    kube_cluster.kubectl(
+        "patch", "trainjob", name, "-n", ns, as_pods, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"disrupted": record}}),
+    )  # fmt: skip
+    stored = get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {}
+    assert stored["status"]["disrupted"] == record
