@@ -20,12 +20,12 @@ container (``RAY_ADDRESS`` or ``FQ_RAY_IP``/``RAY_PORT``, ``MY_POD_IP``); with t
 authentication KubeRay gives it the cluster's token (``RAY_AUTH_TOKEN``) too, which Ray's
 client reads itself. A worker's hook makes no Kubernetes API call.
 
-``--head`` is the head's hook. A Ray head cannot be drained and the attempt ends with it; the
-hook reads its own pod with the pod's service account (the per-job Role grants ``get`` on
-pods) and, when the pod's DisruptionTarget condition says Kubernetes is taking it away, writes
-``status.disrupted`` (attempt, pod, reason, message) to the TrainJob: the pod may be gone by
-the time the operator sees the attempt fail, and the record lets it count the failure as a
-preemption.
+``--head`` is the head's hook. Draining the head saves nothing (the GCS and the driver live
+there) and the attempt ends with it; the hook reads its own pod with the pod's service account
+(the per-job Role grants ``get`` on pods) and, when the pod's DisruptionTarget condition says
+Kubernetes is taking it away, writes ``status.disrupted`` (attempt, pod, reason, message) to the
+TrainJob: the pod may be gone by the time the operator sees the attempt fail, and the record
+lets it count the failure as a preemption.
 """
 
 from __future__ import annotations
