@@ -18,7 +18,10 @@ delete, it never stops it.
 The GCS address and this pod's IP come from the environment KubeRay gives every worker
 container (``RAY_ADDRESS`` or ``FQ_RAY_IP``/``RAY_PORT``, ``MY_POD_IP``); with token
 authentication KubeRay gives it the cluster's token (``RAY_AUTH_TOKEN``) too, which Ray's
-client reads itself. A worker's hook makes no Kubernetes API call.
+client reads itself. First the hook reads its own pod: without a True DisruptionTarget condition
+the delete is a plain one (a suspend, a retry, the cluster's removal after the run) and it
+returns at once rather than hold the pod for the whole deadline; when it cannot read the pod it
+drains.
 
 ``--head`` is the head's hook. Draining the head saves nothing (the GCS and the driver live
 there) and the attempt ends with it; the hook reads its own pod with the pod's service account
@@ -117,12 +120,17 @@ def run(
     busy: Callable[[], bool] = train_worker_running,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
+    disrupted: Callable[[], bool | None] | None = None,
 ) -> str:
     """Drain this pod's Ray node and wait; returns what happened, in words (for the log)."""
     start = clock()
     deadline = start + drain_seconds(environ)
     if not busy():
         return "no Ray Train worker in this pod: nothing to drain"
+    if (disrupted or (lambda: pod_disrupted(environ)))() is False:
+        # Our own delete (a suspend, a retry, the cluster's removal) or a user's: the run ends
+        # with the cluster anyway, and waiting would only hold the next attempt back.
+        return "the pod is deleted, not disrupted (no DisruptionTarget condition): not drained"
     address, ip = gcs_address(environ), environ.get("MY_POD_IP")
     if not address or not ip:
         return "RAY_ADDRESS/FQ_RAY_IP or MY_POD_IP is not set: not a KubeRay worker, not drained"
@@ -182,6 +190,23 @@ class KubernetesApi:
 
     def patch_status(self, body: dict[str, Any]) -> None:
         self._transport.patch_status(body)
+
+
+def pod_disrupted(
+    environ: Mapping[str, str], kube_factory: Callable[[str, str], Kube] = KubernetesApi
+) -> bool | None:
+    """Whether this pod carries a True DisruptionTarget condition; None when it cannot tell
+    (the hook then drains: a drain it did not need costs time, a missed one costs work)."""
+    namespace = environ.get("RAYTRAIN_TRAINJOB_NAMESPACE")
+    trainjob = environ.get("RAYTRAIN_TRAINJOB_NAME")
+    pod_name = environ.get("RAYTRAIN_POD_NAME")
+    if not (namespace and trainjob and pod_name):
+        return None
+    try:
+        pod = kube_factory(namespace, trainjob).read_pod(namespace, pod_name)
+    except Exception:  # no API access: assume the worst
+        return None
+    return disruption_of(pod) is not None
 
 
 def record_head(

@@ -70,6 +70,7 @@ def test_workers_drain_their_ray_node_and_the_head_records_its_disruption() -> N
     env = {e["name"]: e.get("value") for e in w["env"]}
     assert worker["spec"]["terminationGracePeriodSeconds"] == 120
     assert env["RAYTRAIN_DRAIN_SECONDS"] == "110"
+    assert "RAYTRAIN_POD_NAME" in env
     (h,) = head["spec"]["containers"]
     assert h["lifecycle"]["preStop"]["exec"]["command"] == [
         "python", "-m", "trainer_runtime.drain", "--head",
@@ -314,3 +315,31 @@ def test_the_head_hook_records_an_eviction_and_not_a_plain_delete() -> None:
     assert "nothing recorded" in drain.record_head(HEAD_ENV, lambda ns, name: kube)
     assert kube.patches == []
     assert "unset" in drain.record_head({}, lambda ns, name: kube)
+
+
+def test_a_plain_delete_is_not_drained() -> None:
+    gcs = FakeGcs({"10.0.0.7": "abc123"})
+    clock = Clock()
+    said = drain.run(
+        ENV, lambda _: gcs, busy=lambda: True, clock=clock, sleep=clock.sleep,
+        disrupted=lambda: False,
+    )  # fmt: skip
+    assert gcs.drained == [] and "not disrupted" in said and clock.now == 1000.0
+    # Unknown (the pod cannot be read): drained.
+    drain.run(
+        ENV, lambda _: gcs, busy=lambda: not gcs.drained, clock=clock, sleep=clock.sleep,
+        disrupted=lambda: None,
+    )  # fmt: skip
+    assert len(gcs.drained) == 1
+
+
+def test_the_worker_reads_its_own_pod_to_tell_a_disruption() -> None:
+    env = {**HEAD_ENV}
+    assert drain.pod_disrupted(env, lambda ns, name: FakeKube(evicted())) is True
+    assert drain.pod_disrupted(env, lambda ns, name: FakeKube(pod())) is False
+
+    def broken(namespace: str, name: str) -> FakeKube:
+        raise PermissionError("forbidden")
+
+    assert drain.pod_disrupted(env, broken) is None
+    assert drain.pod_disrupted({}, broken) is None

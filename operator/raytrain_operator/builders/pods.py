@@ -82,7 +82,7 @@ DRAIN_MARGIN_SECONDS = 10
 DRAIN_COMMAND = ["python", "-m", "trainer_runtime.drain"]
 #: Seconds from the start of a worker's deletion to the deadline its drain gives Ray.
 ENV_DRAIN_SECONDS = "RAYTRAIN_DRAIN_SECONDS"
-#: The head pod's own name (the downward API), for its preStop hook.
+#: A Ray pod's own name (the downward API), for its preStop hook.
 ENV_POD_NAME = "RAYTRAIN_POD_NAME"
 
 #: KubeRay's name for the submitter container; it fills in the `ray job submit` command of a
@@ -417,11 +417,13 @@ def add_drain_hook(container: dict[str, Any], grace_seconds: int) -> None:
     `ray.train.get_preemption_info()` and can report a checkpoint, and the controller restarts
     the worker group once the deadline passes, against FailureConfig.max_preemption_failures
     rather than max_failures. The hook waits while the pod's Ray Train worker lives, up to the
-    deadline; a pod with none (the job has finished) stops at once.
+    deadline; a pod with none (the job has finished), or that is deleted without a
+    DisruptionTarget condition (a suspend, a retry), stops at once.
     """
     container["lifecycle"] = {"preStop": {"exec": {"command": list(DRAIN_COMMAND)}}}
     seconds = max(1, grace_seconds - DRAIN_MARGIN_SECONDS)
     container["env"].append({"name": ENV_DRAIN_SECONDS, "value": str(seconds)})
+    container["env"].append(pod_name_env())
 
 
 def add_head_hook(container: dict[str, Any]) -> None:
@@ -429,9 +431,12 @@ def add_head_hook(container: dict[str, Any]) -> None:
     was evicted or preempted, read from its own pod's DisruptionTarget condition: the attempt
     ends with the head, and the pod may be gone before the operator reads it."""
     container["lifecycle"] = {"preStop": {"exec": {"command": [*DRAIN_COMMAND, "--head"]}}}
-    container["env"].append(
-        {"name": ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
-    )
+    container["env"].append(pod_name_env())
+
+
+def pod_name_env() -> dict[str, Any]:
+    """The pod's own name (the downward API), for its preStop hook."""
+    return {"name": ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
 
 
 def build_submitter_template(spec: TrainJobSpec, meta: Meta, attempt: int) -> dict[str, Any]:
