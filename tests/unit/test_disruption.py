@@ -3,16 +3,21 @@ budget of the status machine, and the hook itself (trainer_runtime/drain.py)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _factories import meta, trainjob
 from test_status_machine import cond, rayjob, run, status_after
 from test_triage import pod
 
+from raytrain_operator import k8s
 from raytrain_operator.builders.disruption import build_pod_disruption_budget
 from raytrain_operator.builders.meta import LABEL_ROLE, LABEL_TRAINJOB
 from raytrain_operator.builders.rayjob import build_rayjob
+from raytrain_operator.handlers import apply
+from raytrain_operator.status.machine import EnsureChildren
 from trainer_runtime import drain
 
 # ------------------------------------------------------------------------------------ builders
@@ -343,3 +348,30 @@ def test_the_worker_reads_its_own_pod_to_tell_a_disruption() -> None:
 
     assert drain.pod_disrupted(env, broken) is None
     assert drain.pod_disrupted({}, broken) is None
+
+
+# ------------------------------------------------------------------------------------ apply
+
+
+def test_turning_the_budget_off_deletes_it_at_the_next_attempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    created: list[tuple[str, str]] = []
+    deleted: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        k8s, "create", lambda body: created.append((body["kind"], body["metadata"]["name"]))
+        or body,
+    )  # fmt: skip
+    monkeypatch.setattr(k8s, "delete", lambda kind, ns, name: deleted.append((kind, name)))
+    log = logging.getLogger("test")
+    apply.ensure_children(trainjob(), meta(), EnsureChildren(0, False), None, log)
+    assert ("PodDisruptionBudget", "digits-ray") in created and deleted == []
+    created.clear()
+    off = trainjob(disruption={"podDisruptionBudget": False})
+    apply.ensure_children(off, meta(), EnsureChildren(1, False), None, log)
+    assert ("PodDisruptionBudget", "digits-ray") not in created
+    assert deleted == [("PodDisruptionBudget", "digits-ray")]
+    deleted.clear()
+    monkeypatch.setattr(k8s, "list_rayjob_names", lambda ns, selector: [])
+    apply.delete_children(meta())
+    assert ("PodDisruptionBudget", "digits-ray") in deleted
