@@ -1107,6 +1107,17 @@ class FailureSpec(_Model):
     """Worker-group failures tolerated before the attempt fails; -1 retries forever."""
 
 
+class DatasetSpec(_Model):
+    """A named input read with Ray Data and sharded across the workers."""
+
+    uri: str = Field(min_length=1, max_length=2048)
+    """Location: `s3://bucket/path`, or a path on the job's PVC or in the image."""
+    format: DatasetFormat = DatasetFormat.PARQUET
+    """File format: parquet, csv, json, numpy or text."""
+    split: bool = True
+    """Shard it across workers (true) or give every worker all of it (false)."""
+
+
 class DisruptionSpec(_Model):
     """How the job meets a node drain, an eviction, a Kueue preemption or a spot reclaim."""
 
@@ -1128,17 +1139,6 @@ class DisruptionSpec(_Model):
     kill, unless spec.head or spec.workerTemplate sets its own; default 120. A worker's preStop
     hook tells Ray the node is going with a deadline 10 s short of it, so a loop that calls
     ray.train.get_preemption_info() can report a checkpoint in that time."""
-
-
-class DatasetSpec(_Model):
-    """A named input read with Ray Data and sharded across the workers."""
-
-    uri: str = Field(min_length=1, max_length=2048)
-    """Location: `s3://bucket/path`, or a path on the job's PVC or in the image."""
-    format: DatasetFormat = DatasetFormat.PARQUET
-    """File format: parquet, csv, json, numpy or text."""
-    split: bool = True
-    """Shard it across workers (true) or give every worker all of it (false)."""
 
 
 class TuneScheduler(_Model):
