@@ -1107,6 +1107,77 @@ class FailureSpec(_Model):
     """Worker-group failures tolerated before the attempt fails; -1 retries forever."""
 
 
+#: The classes a failed attempt is sorted into (raytrain_operator.status.triage.FailureClass),
+#: the keys of spec.retryPolicy.classes.
+FAILURE_CLASSES = (
+    "OOMKilled",
+    "ImagePullFailed",
+    "Unschedulable",
+    "NodeLost",
+    "UserException",
+    "CollectiveTimeout",
+    "Unknown",
+)
+_CLASS_LIST = ", ".join(FAILURE_CLASSES)
+
+
+class ExitCodeRetry(_Model):
+    """Whether a failed attempt whose container exited with `code` is retried."""
+
+    code: int = Field(ge=0, le=255)
+    """Exit code of the failed container (the one the failure was classified from), 0-255."""
+    retry: bool
+    """true: retried while spec.backoffLimit allows; false: the job fails at once."""
+
+
+class RetryPolicySpec(_Model):
+    """Which failed attempts are retried. An attempt that failed is classified (see
+    docs/failures.md); its exit code, if spec.retryPolicy.exitCodes names it, decides, else its
+    class. A retry is always a new attempt bounded by spec.backoffLimit; an input that fails the
+    same way every time (an invalid image name) is never retried."""
+
+    classes: dict[str, bool] | None = Field(
+        default=None,
+        json_schema_extra={
+            "maxProperties": len(FAILURE_CLASSES),
+            "x-kubernetes-validations": [
+                _rule(
+                    "self.all(k, k in [" + ", ".join(f"'{c}'" for c in FAILURE_CLASSES) + "])",
+                    f"spec.retryPolicy.classes: a key must be one of {_CLASS_LIST} "
+                    "(case as written); remove or rename the other keys",
+                )
+            ],
+        },
+    )
+    """Failure class -> retry. Keys: OOMKilled, ImagePullFailed, Unschedulable, NodeLost,
+    UserException, CollectiveTimeout, Unknown. A class left out keeps its default: OOMKilled and
+    UserException are not retried, every other class is."""
+    exit_codes: list[ExitCodeRetry] | None = Field(
+        default=None,
+        max_length=256,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["code"]},
+    )
+    """Exit code -> retry; an entry here wins over the class of the failure. Each code at most
+    once."""
+
+    @model_validator(mode="after")
+    def _known_classes(self) -> RetryPolicySpec:
+        unknown = sorted(set(self.classes or {}) - set(FAILURE_CLASSES))
+        if unknown:
+            raise ValueError(
+                f"spec.retryPolicy.classes: unknown class {', '.join(unknown)}; a key must be "
+                f"one of {_CLASS_LIST}"
+            )
+        codes = [rule.code for rule in self.exit_codes or []]
+        twice = sorted({code for code in codes if codes.count(code) > 1})
+        if twice:
+            raise ValueError(
+                f"spec.retryPolicy.exitCodes: code {', '.join(map(str, twice))} is listed more "
+                "than once; keep one entry per code"
+            )
+        return self
+
+
 class DatasetSpec(_Model):
     """A named input read with Ray Data and sharded across the workers."""
 
@@ -1343,6 +1414,11 @@ class TrainJobSpec(_Model):
     """Worker-group restarts inside one cluster (FailureConfig)."""
     backoff_limit: int = Field(default=0, ge=0, le=100)
     """Cluster-level retries: each is a new Ray cluster that resumes from the latest checkpoint."""
+    retry_policy: RetryPolicySpec | None = _new()
+    """Which failed attempts are retried (by failure class and exit code); unset keeps the
+    defaults: an OOMKilled container or an exception in the training code fails the job at once,
+    every other failure is retried while spec.backoffLimit allows. The operator applies a change
+    to the running attempt at once: it is its own decision, not built into the RayJob."""
     datasets: dict[str, DatasetSpec] | None = Field(
         default=None,
         json_schema_extra={

@@ -43,6 +43,11 @@ ANNOTATION_CLEANED_UP = "raytrain.dev/children-deleted"
 CHECKPOINT_GRACE_SECONDS = 120.0
 #: A checkpoint request older than the grace period plus this is from an earlier suspend.
 REQUEST_REUSE_MARGIN_SECONDS = 30.0
+#: Spec fields the operator reads for its own decisions and applies to a running attempt at
+#: once. The builders hash every field a RayJob is made from (their IMMEDIATE_FIELDS aside); a
+#: field here may be in that hash but a change to it alone is never a pending spec change and
+#: never starts a new attempt.
+OPERATOR_FIELDS = frozenset({"spec.retryPolicy"})
 #: Reconciling's reason while a spec change waits for the next attempt.
 SPEC_CHANGE_PENDING = "SpecChangePending"
 
@@ -416,7 +421,7 @@ def plan(obs: Observation) -> Plan:
         return _suspend(b, name, rj_suspended, deployment, job_status, phase, rj_status)
     if rj_suspended:
         by_user = rj_annotations.get(ANNOTATION_SUSPENDED_BY_USER) == "true"
-        if rj_annotations.get(ANNOTATION_SPEC_HASH) not in (None, spec_hash(tj)):
+        if _built_changes(tj, rj_annotations) != []:
             # The spec changed while no cluster ran: a new attempt carries it (same run name).
             msg = (
                 f"the spec changed while RayJob {name} was suspended; attempt {attempt + 1} "
@@ -483,9 +488,9 @@ def _pending_change(
     built = rj_annotations.get(ANNOTATION_GENERATION)
     if built == str(generation):
         return None
-    if rj_annotations.get(ANNOTATION_SPEC_HASH) in (None, spec_hash(tj)):
+    fields = _built_changes(tj, rj_annotations)
+    if fields == []:
         return None
-    fields = changed_fields(tj, rj_annotations.get(ANNOTATION_FIELD_HASHES))
     what = ", ".join(fields) if fields else "the spec"
     return (
         f"generation {generation} changed {what}; RayJob {name} (attempt {attempt}) still runs "
@@ -493,6 +498,22 @@ def _pending_change(
         "so they take effect when the next one starts: after a failed attempt, or at once from "
         "the latest checkpoint if you set spec.suspend to true and then back to false"
     )
+
+
+def _built_changes(tj: TrainJob, rj_annotations: Mapping[str, Any]) -> list[str] | None:
+    """The spec fields the RayJob was built with that differ now: [] when none does, None when
+    something differs but the RayJob does not say what.
+
+    The per-field hashes decide when the RayJob carries them, so that a field only the operator
+    reads (OPERATOR_FIELDS) never counts; the whole-spec hash is the fallback for a RayJob
+    without them.
+    """
+    fields = changed_fields(tj, rj_annotations.get(ANNOTATION_FIELD_HASHES))
+    if fields is not None:
+        return [f for f in fields if f not in OPERATOR_FIELDS]
+    if rj_annotations.get(ANNOTATION_SPEC_HASH) in (None, spec_hash(tj)):
+        return []
+    return None
 
 
 def _await_previous(b: _Builder, name: str) -> Plan:
@@ -645,6 +666,15 @@ def _worker_memory(tj: TrainJob) -> str | None:
     return str(memory) if memory is not None else None
 
 
+def retry_policy(tj: TrainJob) -> triage.RetryPolicy:
+    """The default retry policy with the job's spec.retryPolicy merged over it."""
+    spec = tj.spec.retry_policy
+    if spec is None:
+        return triage.DEFAULT_POLICY
+    codes = {rule.code: rule.retry for rule in spec.exit_codes or []}
+    return triage.merge_policy(spec.classes, codes)
+
+
 def _attempt_failed(
     b: _Builder,
     tj: TrainJob,
@@ -664,11 +694,12 @@ def _attempt_failed(
         # The class came from the pods: keep what the runtime or KubeRay said beside it.
         what += f" (then: {said})"
     limit = tj.spec.backoff_limit
+    policy = retry_policy(tj)
     retry = triage.retry_decision(
-        found.failure_class, found.exit_code, triage.DEFAULT_POLICY, permanent=found.permanent
+        found.failure_class, found.exit_code, policy, permanent=found.permanent
     )
     if not retry:
-        advice = triage.advice(found, retried=False)
+        advice = triage.advice(found, retried=False, policy=policy)
         if limit > 0 and restarts < limit:
             advice += f" ({limit - restarts} of spec.backoffLimit {limit} retries left unused.)"
         return _fail(b, found.reason, f"attempt {attempt} failed ({found.reason}): {what}.{advice}")

@@ -10,7 +10,7 @@ Evidence is weighed from the most specific to the least: a container the kernel 
 memory, an image that cannot be pulled, a pod that cannot be placed or whose node went away,
 then what the runtime (or KubeRay) said: a collective timeout, a Python exception raised by the
 user's code, else `Unknown`. `retry_decision` applies a `RetryPolicy` (class -> retry, plus
-exit-code overrides), the shape a future `spec.retryPolicy` takes.
+exit-code overrides): `DEFAULT_POLICY` merged with the job's `spec.retryPolicy` (`merge_policy`).
 """
 
 from __future__ import annotations
@@ -65,6 +65,18 @@ DEFAULT_POLICY: RetryPolicy = {
     },
     "exitCodes": {},
 }
+
+
+def merge_policy(
+    classes: Mapping[str, bool] | None, exit_codes: Mapping[int, bool] | None
+) -> RetryPolicy:
+    """DEFAULT_POLICY with a job's spec.retryPolicy over it: a class it leaves out keeps its
+    default; its exit codes are the only ones (the default names none)."""
+    return {
+        "classes": {**DEFAULT_POLICY["classes"], **(classes or {})},
+        "exitCodes": {**DEFAULT_POLICY["exitCodes"], **(exit_codes or {})},
+    }
+
 
 UNKNOWN_HINT = (
     "the operator could not tell why (no OOMKilled, image, scheduling or node problem on the "
@@ -464,7 +476,7 @@ def classify(evidence: Evidence) -> Triage:
 
 
 def advice(triage: Triage, retried: bool, policy: RetryPolicy = DEFAULT_POLICY) -> str:
-    """What the retry decision was and how to change it (to be given by spec.retryPolicy)."""
+    """What the retry decision was and how to change it (spec.retryPolicy)."""
     if retried:
         return ""
     if triage.permanent:
@@ -472,16 +484,26 @@ def advice(triage: Triage, retried: bool, policy: RetryPolicy = DEFAULT_POLICY) 
             " Not retried: the same input fails the same way on every attempt, so "
             "spec.backoffLimit is not spent on it."
         )
-    default = policy["classes"].get(triage.reason)
-    if default is False:
+    code = triage.exit_code
+    if code is not None and policy["exitCodes"].get(code) is False:
+        return (
+            f" Not retried: spec.retryPolicy.exitCodes says exit code {code} is not retried, so "
+            "spec.backoffLimit is not spent on it; fix the cause and create the TrainJob again, "
+            f"or set retry: true for code {code} in spec.retryPolicy.exitCodes."
+        )
+    setting = policy["classes"].get(triage.reason)
+    if setting is False:
         why = {
             FailureClass.OOM_KILLED: "the same memory limit fails the same way",
             FailureClass.USER_EXCEPTION: "an exception in the training code fails the same "
             "way on every attempt",
         }.get(triage.failure_class, "this class is not retried")
+        if DEFAULT_POLICY["classes"].get(triage.reason) is not False:
+            why = f"spec.retryPolicy.classes.{triage.reason} is false"
         return (
             f" Not retried ({why}), so spec.backoffLimit is not spent on it; fix the cause "
-            "and create the TrainJob again."
+            "and create the TrainJob again, or set "
+            f"spec.retryPolicy.classes.{triage.reason}: true."
         )
     return ""
 
