@@ -1517,6 +1517,9 @@ class CheckpointStatus(_Model):
     """Score of the best checkpoint."""
     count: int | None = None
     """Checkpoints reported in this run."""
+    last_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """When the runtime reported the latest checkpoint (the driver pod's clock, the moment Ray
+    Train handed it over after persisting it); absent from runtimes that do not write it."""
 
 
 class WorkersStatus(_Model):
