@@ -1522,6 +1522,100 @@ class CheckpointStatus(_Model):
     Train handed it over after persisting it); absent from runtimes that do not write it."""
 
 
+class GoodputTotals(_Model):
+    """Seconds and GPU-seconds of ledger entries folded out of status.goodput.clusters."""
+
+    allocated_seconds: float | None = None
+    """Allocated seconds of the folded clusters."""
+    productive_seconds: float | None = None
+    """Productive seconds of the folded clusters (absent if unknown for one of them)."""
+    lost_to_restart_seconds: float | None = None
+    """Seconds lost to restarts after the folded clusters."""
+    lost_to_recompute_seconds: float | None = None
+    """Seconds of recomputed training of the folded clusters (absent if unknown)."""
+    allocated_gpu_seconds: float | None = Field(default=None, alias="allocatedGPUSeconds")
+    """allocatedSeconds times each cluster's GPUs."""
+    productive_gpu_seconds: float | None = Field(default=None, alias="productiveGPUSeconds")
+    """productiveSeconds times each cluster's GPUs."""
+    lost_gpu_seconds: float | None = Field(default=None, alias="lostGPUSeconds")
+    """Lost seconds times the GPUs held meanwhile."""
+
+
+class GoodputCluster(_Model):
+    """One Ray cluster of the job (an attempt, or a resume after a suspend), as the operator
+    saw it; times from KubeRay (start, end) and from the runtime's reports (the rest)."""
+
+    attempt: int
+    """The attempt (RayJob <name>-<attempt>) the cluster belonged to."""
+    start: str = Field(json_schema_extra={"format": "date-time"})
+    """KubeRay's status.startTime of the RayJob: when it began creating this cluster (pods
+    waiting for a node or an image count)."""
+    end: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """KubeRay's status.endTime, else the operator pass that saw the cluster end, else (while
+    it runs) the latest pass that saw it up."""
+    outcome: str = Field(pattern="^(Running|Succeeded|Retried|Failed|Suspended)$")
+    """Running (up at the latest pass), Succeeded, Retried (its attempt failed and another
+    followed), Failed (its attempt failed the job) or Suspended."""
+    gpus: float | None = None
+    """GPUs the RayJob's pods ask for (GPU resource names in limits, else requests, times the
+    replicas of each group)."""
+    first_report: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """lastUpdatedTime of the first runtime report the operator saw from this cluster."""
+    last_report: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """lastUpdatedTime of the latest runtime report the operator saw from this cluster."""
+    last_checkpoint: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """status.checkpoint.lastTime written while this cluster ran (its latest checkpoint)."""
+    checkpoint_time_unknown: bool | None = None
+    """true: the runtime reported checkpoints without their time (an older runtime), so what
+    this cluster kept is not known."""
+
+
+class GoodputStatus(_Model):
+    """Where the job's cluster time went, as the operator measured it. Times come from two
+    clocks: KubeRay's (a cluster's start and end) and the driver pod's (its reports); a report
+    is seen when an operator pass reads it, not every report the runtime made, so each number
+    is what was observed, a lower bound of what it names. A number the operator cannot know is
+    absent, never 0. allocated minus productive minus lost is the time neither covers: a
+    cluster's start-up before its first report, the time after its last report, a suspended
+    or finally failed cluster's training after its last checkpoint."""
+
+    allocated_seconds: float | None = None
+    """Seconds Ray clusters of this job existed: the sum over clusters of end - start, with
+    start KubeRay's status.startTime of the RayJob (it includes pods waiting to be scheduled
+    and pulling images) and end its status.endTime, else the pass that saw the cluster end,
+    else the latest pass. Not seen: a cluster that came and went between two passes."""
+    productive_seconds: float | None = None
+    """Seconds of training that were kept: for a running or succeeded cluster, its first seen
+    report to its last; for a failed or suspended one, its first seen report to its latest
+    checkpoint (0 without a checkpoint in it). Not seen: the training before a cluster's
+    first report (its first epoch or step). Absent when the runtime did not write
+    checkpoint.lastTime for a cluster that ended early."""
+    lost_seconds: float | None = None
+    """lostToRestartSeconds + lostToRecomputeSeconds (absent when the latter is)."""
+    lost_to_restart_seconds: float | None = None
+    """For each retried attempt, the seconds from its cluster's end (the failure) to the
+    first report of the next attempt, or to the latest pass while none came: deleting the old
+    cluster, starting the new one, restoring the checkpoint and the first step. A suspend is
+    not a loss: the user asked for the pause."""
+    lost_to_recompute_seconds: float | None = None
+    """For each retried attempt, the training after its latest checkpoint (to its last seen
+    report), which the next attempt did again; all of its training when it made no
+    checkpoint. Absent when the checkpoint time is unknown."""
+    allocated_gpu_seconds: float | None = Field(default=None, alias="allocatedGPUSeconds")
+    """Each cluster's allocated seconds times its GPUs (see clusters[].gpus); 0 for a job
+    without GPUs."""
+    productive_gpu_seconds: float | None = Field(default=None, alias="productiveGPUSeconds")
+    """Each cluster's productive seconds times its GPUs."""
+    lost_gpu_seconds: float | None = Field(default=None, alias="lostGPUSeconds")
+    """Recomputed seconds times the failed cluster's GPUs, plus the part of each restart gap
+    after the next cluster started times its GPUs (between the two clusters no GPU is held)."""
+    clusters: list[GoodputCluster] | None = Field(default=None, max_length=64)
+    """The ledger every number is computed from, oldest first (at most 32 entries; older
+    finished ones are folded into earlier)."""
+    earlier: GoodputTotals | None = None
+    """Totals of the ledger entries folded away."""
+
+
 class WorkersStatus(_Model):
     """Worker pods."""
 
@@ -1567,6 +1661,8 @@ class TrainJobStatus(_Model):
     """Progress written by the trainer runtime."""
     checkpoint: CheckpointStatus | None = None
     """Latest and best checkpoint."""
+    goodput: GoodputStatus | None = None
+    """Where the cluster time went: allocated, productive and lost seconds (see its fields)."""
 
 
 class TrainJob(_Model):

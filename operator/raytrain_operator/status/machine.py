@@ -35,7 +35,7 @@ from raytrain_operator.builders.rayjob import (
     spec_hash,
 )
 from raytrain_operator.status import conditions as c
-from raytrain_operator.status import triage
+from raytrain_operator.status import goodput, triage
 from raytrain_operator.status.conditions import Desired, Transition
 
 #: Annotation on the TrainJob once its children were removed after the TTL.
@@ -227,6 +227,9 @@ class _Builder:
         #: A spec change the running attempt does not carry (the message), or None.
         self.pending: str | None = None
         self.failure: triage.Triage | None = None
+        #: The attempt this pass found (before any advance), once the RayJob is known to be
+        #: this job's: its cluster's time goes into status.goodput.
+        self.accounted_attempt: int | None = None
 
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.conds[type_] = Desired(status, reason, message)
@@ -264,9 +267,54 @@ class _Builder:
                 )
         self.status["conditions"] = merged
         self.status["phase"] = phase
+        if self.accounted_attempt is not None:
+            self._account(phase)
         if observed >= 1:
             self.status["observedGeneration"] = observed
         return Plan(self.status, self.actions, transitions, self.recheck, self.failure)
+
+    def _account(self, phase: str) -> None:
+        obs = self.obs
+        seen = _seen(obs, self.accounted_attempt or 0)
+        outcome: str | None = None
+        if phase == SUCCEEDED:
+            outcome = goodput.SUCCEEDED
+        elif phase == FAILED:
+            outcome = goodput.FAILED
+        elif self.failure is not None:
+            outcome = goodput.RETRIED
+        elif phase == SUSPENDED or (seen is not None and not seen.up and seen.suspended):
+            outcome = goodput.SUSPENDED
+        elif self.status.get("attempt") != self.accounted_attempt:
+            outcome = goodput.SUSPENDED  # a spec change while suspended moved to a new attempt
+        active = phase not in (SUCCEEDED, FAILED)
+        accounted = goodput.account(obs.status, seen, outcome, obs.now, active)
+        if accounted or obs.status.get("goodput"):
+            self.status["goodput"] = accounted or None
+
+
+def _seen(obs: Observation, attempt: int) -> goodput.Seen | None:
+    """The current attempt's cluster as this pass saw it, or None before KubeRay started it."""
+    rj = obs.rayjob
+    if rj is None:
+        return None
+    rj_status = rj.get("status") or {}
+    start = _cluster_start(rj_status)
+    if start is None:
+        return None
+    deployment = str(rj_status.get("jobDeploymentStatus") or "")
+    suspended = bool((rj.get("spec") or {}).get("suspend"))
+    ended = deployment in ("Complete", "Failed", "Suspending", "Suspended", "ValidationFailed")
+    return goodput.Seen(
+        attempt=attempt,
+        start=start,
+        end=parse_rfc3339(rj_status.get("endTime")),
+        gpus=goodput.rayjob_gpus(rj),
+        up=not suspended and not ended and not (rj.get("metadata") or {}).get("deletionTimestamp"),
+        suspended=suspended or deployment in ("Suspending", "Suspended"),
+        report=_report(obs.status, attempt, start),
+        checkpoint=obs.status.get("checkpoint") or {},
+    )
 
 
 def plan(obs: Observation) -> Plan:
@@ -307,6 +355,7 @@ def plan(obs: Observation) -> Plan:
         b.set(c.STALLED, True, "NameConflict", conflict)
         b.due_in(30)
         return b.finish(STALLED)
+    b.accounted_attempt = attempt
     if obs.rejected is not None:
         reason, msg = obs.rejected
         b.set(c.STALLED, True, reason, msg)
