@@ -228,6 +228,23 @@ def test_runtime_may_change_only_its_two_fields(
     # Removing an operator-owned field is a change too.
     proc = patch_status(kube_cluster, user, namespace, "job-a", {"restarts": None})
     assert "may not change status.restarts" in proc.stderr, proc.stderr
+    # Labels through the status subresource: refused by the policy or ignored by the server,
+    # never kept.
+    before = kube_cluster.get_json(TRAINJOBS, "job-a", "-n", namespace)["metadata"]
+    as_user(
+        kube_cluster,
+        user,
+        namespace,
+        "patch",
+        TRAINJOBS,
+        "job-a",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"metadata": {"labels": {"raytrain.dev/trainjob": "job-b"}}}),
+    )
+    after_meta = kube_cluster.get_json(TRAINJOBS, "job-a", "-n", namespace)["metadata"]
+    assert after_meta.get("labels") == before.get("labels")
     # A refused request changed nothing.
     after = kube_cluster.get_json(TRAINJOBS, "job-a", "-n", namespace)["status"]
     assert {k: after[k] for k in STATUS} == STATUS
