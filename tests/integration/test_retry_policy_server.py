@@ -54,3 +54,7 @@ def test_a_user_exception_the_policy_retries_spends_the_backoff_limit(
     assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [
         f"{name}-1"
     ]
+    # The API server kept the goodput ledger the operator wrote: both clusters, as they ended.
+    goodput = (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})["status"]["goodput"]
+    assert [c["outcome"] for c in goodput["clusters"]] == ["Retried", "Failed"], goodput
+    assert goodput["allocatedSeconds"] >= 0 and goodput["allocatedGPUSeconds"] == 0

@@ -190,6 +190,10 @@ def test_a_suspend_is_no_loss() -> None:
     j.tick(100)
     entry = j.goodput["clusters"][0]
     assert entry["outcome"] == "Suspended" and entry["end"] == ts(60)  # last seen up
+    held = j.goodput
+    p = j.tick(150)
+    assert p.status["goodput"] == held  # nothing moves while suspended: nothing to write
+    assert "earlier" not in held and "lostToRecomputeSeconds" in held
     j.cluster(0, start=500)  # resumed: KubeRay starts a new cluster of the same RayJob
     j.report(0, 560)
     j.tick(600)

@@ -284,7 +284,7 @@ def account(
     if not ledger and not earlier:
         return {}
     t = totals(ledger, now, active, earlier)
-    return {
+    out = {
         "allocatedSeconds": _round(t.allocated),
         "productiveSeconds": _round(t.productive),
         "lostSeconds": _round(t.lost),
@@ -296,3 +296,6 @@ def account(
         "clusters": ledger,
         "earlier": earlier or None,
     }
+    # None removes a number the status holds (the patch merges); one it never held is left out,
+    # so a pass that changes nothing writes nothing.
+    return {k: v for k, v in out.items() if v is not None or k in before}
