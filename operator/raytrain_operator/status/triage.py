@@ -166,7 +166,12 @@ _COLLECTIVE = re.compile(
 )
 #: Ray's own errors (a dead actor, a node gone, Ray's memory monitor), never the user's code.
 _RAY_NODE = re.compile(r"NodeDiedError|node (?:\S+ )?(?:died|was terminated|is dead)", re.I)
-_RAY_MEMORY = re.compile(r"ray\.exceptions\.OutOfMemoryError|running low on memory", re.I)
+#: The raylet's words when its memory monitor kills a worker; a report may keep only the
+#: later ones ("... address the out of memory issue ..."), cut by the message's length.
+_RAY_MEMORY = re.compile(
+    r"ray\.exceptions\.OutOfMemoryError|running low on memory|address the out of memory issue",
+    re.I,
+)
 _SYSTEM_EXCEPTIONS = frozenset(
     {
         "ActorDiedError",
