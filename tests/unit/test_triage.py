@@ -235,7 +235,9 @@ def test_ray_system_errors_are_not_user_exceptions() -> None:
         "parallelism by requesting more CPUs per task. Set max_restarts and max_task_retries to "
         "enable retry when the task crashes due to OOM."
     )
-    assert classify_(report={"phase": "Failed", "message": health}).reason == "OOMKilled"
+    found = classify_(report={"phase": "Failed", "message": health}, worker_memory="1Gi")
+    assert found.reason == "OOMKilled"
+    assert "raise spec.scaling.resourcesPerWorker.memory (now 1Gi)" in found.message
 
 
 def test_unknown_for_the_rest_keeps_what_was_said() -> None:

@@ -166,6 +166,8 @@ _COLLECTIVE = re.compile(
 )
 #: Ray's own errors (a dead actor, a node gone, Ray's memory monitor), never the user's code.
 _RAY_NODE = re.compile(r"NodeDiedError|node (?:\S+ )?(?:died|was terminated|is dead)", re.I)
+#: How much of Ray's memory monitor text a message quotes.
+RAY_MEMORY_QUOTE = 600
 #: The raylet's words when its memory monitor kills a worker; a report may keep only the
 #: later ones ("... address the out of memory issue ..."), cut by the message's length.
 _RAY_MEMORY = re.compile(
@@ -392,16 +394,26 @@ def exception_type(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _from_text(text: str, source: str, *, user_needs_traceback: bool = False) -> Triage | None:
+def _from_text(
+    text: str,
+    source: str,
+    *,
+    user_needs_traceback: bool = False,
+    worker_memory: str | None = None,
+) -> Triage | None:
     """The class a failure message shows. With `user_needs_traceback` (KubeRay's words, which
     quote the driver's log), only a Python traceback makes it a user exception."""
     if not text.strip():
         return None
     if _RAY_MEMORY.search(text):
+        now = f" (now {worker_memory})" if worker_memory else " (unset now)"
+        # Ray's text is long (its settings, its policy's history): the fix must not be cut off.
+        said = last_traceback_lines(text, 4)
+        said = said if len(said) <= RAY_MEMORY_QUOTE else said[:RAY_MEMORY_QUOTE] + " ..."
         return Triage(
             FailureClass.OOM_KILLED,
-            f"Ray's memory monitor killed a worker ({source}: {last_traceback_lines(text, 4)}); "
-            "raise spec.scaling.resourcesPerWorker.memory or lower the batch size",
+            f"Ray's memory monitor killed a worker ({source}: {said}); "
+            f"raise spec.scaling.resourcesPerWorker.memory{now} or lower the batch size",
         )
     exc = exception_type(text)
     if _COLLECTIVE.search(text):
@@ -467,12 +479,21 @@ def classify(evidence: Evidence) -> Triage:
         return found
     report = evidence.report or {}
     if report.get("phase") == "Failed":
-        found = _from_text(str(report.get("message") or ""), "reported by the trainer runtime")
+        found = _from_text(
+            str(report.get("message") or ""),
+            "reported by the trainer runtime",
+            worker_memory=evidence.worker_memory,
+        )
         if found is not None:
             return found
     rj = evidence.rayjob_status
     rj_text = "\n".join(str(rj.get(k)) for k in ("message", "failedReason", "reason") if rj.get(k))
-    found = _from_text(rj_text, "from the RayJob's status", user_needs_traceback=True)
+    found = _from_text(
+        rj_text,
+        "from the RayJob's status",
+        user_needs_traceback=True,
+        worker_memory=evidence.worker_memory,
+    )
     if found is not None:
         return found
     detail = str(report.get("message") or "") if report.get("phase") == "Failed" else ""
