@@ -155,6 +155,10 @@ class ReportState:
     best_uri: str | None = None
     best_metric: float | None = None
     checkpoint_count: int = 0
+    #: When the latest checkpoint was reported (epoch seconds on this pod's clock), if known.
+    checkpoint_time: float | None = None
+    #: The same time as an earlier attempt wrote it, until this run reports a checkpoint.
+    checkpoint_time_text: str | None = None
 
 
 def build_status_patch(state: ReportState, now: float) -> dict[str, Any]:
@@ -184,6 +188,10 @@ def build_status_patch(state: ReportState, now: float) -> dict[str, Any]:
             checkpoint["bestURI"] = state.best_uri
         if state.best_metric is not None:
             checkpoint["bestMetric"] = format_value(state.best_metric)
+        if state.checkpoint_time is not None:
+            checkpoint["lastTime"] = rfc3339(state.checkpoint_time)
+        elif state.checkpoint_time_text is not None:
+            checkpoint["lastTime"] = state.checkpoint_time_text
         status["checkpoint"] = checkpoint
     return {"status": status}
 
@@ -251,7 +259,11 @@ class Reporter:
                 self.state.step = trainer["step"]
             if isinstance(ckpt.get("count"), int):
                 self.state.checkpoint_count = ckpt["count"]
-            for key, attr in (("latestURI", "latest_uri"), ("bestURI", "best_uri")):
+            for key, attr in (
+                ("latestURI", "latest_uri"),
+                ("bestURI", "best_uri"),
+                ("lastTime", "checkpoint_time_text"),
+            ):
                 if isinstance(ckpt.get(key), str):
                     setattr(self.state, attr, ckpt[key])
             with contextlib.suppress(KeyError, TypeError, ValueError):
@@ -273,6 +285,7 @@ class Reporter:
         if checkpoint_uri is not None:
             s.checkpoint_count += 1
             s.latest_uri = checkpoint_uri
+            s.checkpoint_time = now
             self._last_checkpoint_time = now
             if s.checkpointing:
                 s.checkpointing = False

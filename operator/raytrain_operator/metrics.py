@@ -3,17 +3,23 @@
 Counters and histograms are counted where things happen. The TrainJob gauges are not kept at
 all: `TrainJobCollector` computes them when Prometheus scrapes, from the watch-fed index of
 TrainJob states (handlers/trainjobs.py), so they always match what the API server holds and a
-reconcile pass does no bookkeeping for them.
+reconcile pass does no bookkeeping for them. The per-job gauges carry `trainjob_namespace` and
+`trainjob` (not `namespace`, which Prometheus gives the operator's own target): one series per
+job and gauge (per kind for goodput), none for a value the status does not hold, and none once
+the job is deleted.
 """
 
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, NamedTuple
 
 from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
+
+from raytrain_contract.timefmt import parse_rfc3339
 
 RECONCILES = Counter(
     "raytrain_reconciles_total",
@@ -75,12 +81,82 @@ CONDITION_TYPES = (
     "Stalled",
 )
 
-#: One TrainJob as the index holds it: its phase and the types of its True conditions.
-TrainJobState = tuple[str, frozenset[str]]
+#: Per-job gauges: name -> (help, the status value it shows).
+JOB_GAUGES: dict[str, str] = {
+    "raytrain_trainjob_progress_percent": "Training progress the runtime reported, 0-100 "
+    "(status.trainerStatus.progressPercentage).",
+    "raytrain_trainjob_epoch": "Latest epoch the runtime reported (status.trainerStatus.epoch).",
+    "raytrain_trainjob_restarts": "Cluster-level retries so far (status.restarts).",
+    "raytrain_trainjob_checkpoints": "Checkpoints the runtime reported in this run "
+    "(status.checkpoint.count).",
+    "raytrain_trainjob_last_report_timestamp_seconds": "When the runtime last reported, Unix "
+    "seconds (status.trainerStatus.lastUpdatedTime).",
+    "raytrain_trainjob_last_checkpoint_timestamp_seconds": "When the runtime reported its "
+    "latest checkpoint, Unix seconds (status.checkpoint.lastTime); the age is time() minus it.",
+}
+GOODPUT_SECONDS = "raytrain_trainjob_goodput_seconds"
+GOODPUT_GPU_SECONDS = "raytrain_trainjob_goodput_gpu_seconds"
+#: kind label -> status.goodput field, for seconds and GPU-seconds.
+GOODPUT_KINDS = {
+    "allocated": ("allocatedSeconds", "allocatedGPUSeconds"),
+    "productive": ("productiveSeconds", "productiveGPUSeconds"),
+    "lost": ("lostSeconds", "lostGPUSeconds"),
+}
+JOB_LABELS = ["trainjob_namespace", "trainjob"]
+
+
+class TrainJobState(NamedTuple):
+    """One TrainJob as the index holds it: its phase, the types of its True conditions, and
+    the numbers of its per-job gauges (metric name, or (metric name, kind), -> value)."""
+
+    phase: str
+    true_conditions: frozenset[str]
+    namespace: str = ""
+    name: str = ""
+    values: tuple[tuple[str, str, float], ...] = ()
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _timestamp(value: Any) -> float | None:
+    moment = parse_rfc3339(value)
+    return moment.timestamp() if moment is not None else None
+
+
+def job_values(status: Mapping[str, Any]) -> tuple[tuple[str, str, float], ...]:
+    """(metric, kind or "", value) of every per-job gauge the status has a value for."""
+    trainer = status.get("trainerStatus") or {}
+    checkpoint = status.get("checkpoint") or {}
+    goodput = status.get("goodput") or {}
+    found: list[tuple[str, str, float | None]] = [
+        ("raytrain_trainjob_progress_percent", "", _number(trainer.get("progressPercentage"))),
+        ("raytrain_trainjob_epoch", "", _number(trainer.get("epoch"))),
+        ("raytrain_trainjob_restarts", "", _number(status.get("restarts"))),
+        ("raytrain_trainjob_checkpoints", "", _number(checkpoint.get("count"))),
+        (
+            "raytrain_trainjob_last_report_timestamp_seconds",
+            "",
+            _timestamp(trainer.get("lastUpdatedTime")),
+        ),
+        (
+            "raytrain_trainjob_last_checkpoint_timestamp_seconds",
+            "",
+            _timestamp(checkpoint.get("lastTime")),
+        ),
+    ]
+    for kind, (seconds, gpu_seconds) in GOODPUT_KINDS.items():
+        found.append((GOODPUT_SECONDS, kind, _number(goodput.get(seconds))))
+        found.append((GOODPUT_GPU_SECONDS, kind, _number(goodput.get(gpu_seconds))))
+    return tuple((name, kind, value) for name, kind, value in found if value is not None)
 
 
 class TrainJobCollector(Collector):
-    """`raytrain_trainjobs{phase}` and `raytrain_trainjob_conditions{type}` at scrape time."""
+    """`raytrain_trainjobs{phase}`, `raytrain_trainjob_conditions{type}` and the per-job gauges
+    at scrape time."""
 
     def __init__(self, states: Callable[[], Iterable[TrainJobState]]) -> None:
         self.states = states
@@ -88,14 +164,43 @@ class TrainJobCollector(Collector):
     def describe(self) -> Iterator[GaugeMetricFamily]:
         # Names only: registering must not read the index, which may still be filling.
         yield from self._families(Tally(), Tally())
+        yield from self._job_families([])
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         by_phase: Tally[str] = Tally()
         by_condition: Tally[str] = Tally()
-        for phase, true_conditions in self._snapshot():
-            by_phase[phase] += 1
-            by_condition.update(true_conditions)
+        states = self._snapshot()
+        for state in states:
+            by_phase[state.phase] += 1
+            by_condition.update(state.true_conditions)
         yield from self._families(by_phase, by_condition)
+        yield from self._job_families(states)
+
+    @staticmethod
+    def _job_families(states: list[TrainJobState]) -> Iterator[GaugeMetricFamily]:
+        families = {
+            name: GaugeMetricFamily(name, doc, labels=JOB_LABELS)
+            for name, doc in JOB_GAUGES.items()
+        }
+        families[GOODPUT_SECONDS] = GaugeMetricFamily(
+            GOODPUT_SECONDS,
+            "Seconds of the job's Ray clusters by kind: allocated (clusters up), productive "
+            "(training kept), lost (restarts and recomputed training); status.goodput. Absent "
+            "when the operator cannot know the number.",
+            labels=[*JOB_LABELS, "kind"],
+        )
+        families[GOODPUT_GPU_SECONDS] = GaugeMetricFamily(
+            GOODPUT_GPU_SECONDS,
+            "raytrain_trainjob_goodput_seconds times the GPUs of the clusters, by kind.",
+            labels=[*JOB_LABELS, "kind"],
+        )
+        for state in sorted(states, key=lambda s: (s.namespace, s.name)):
+            for name, kind, value in state.values:
+                labels = [state.namespace, state.name] + ([kind] if kind else [])
+                family = families.get(name)
+                if family is not None:
+                    family.add_metric(labels, value)
+        yield from families.values()
 
     def _snapshot(self) -> list[TrainJobState]:
         # kopf updates the index on its event loop while Prometheus scrapes in its own thread:

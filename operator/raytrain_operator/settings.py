@@ -62,6 +62,18 @@ def _env_float(name: str, default: float) -> float:
     return float(value) if value else default
 
 
+def _env_bool(name: str, default: bool) -> bool:
+    """`true`/`false` (also 1/0, yes/no, on/off, any case); unset or empty: the default."""
+    value = (os.environ.get(name) or "").strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={value!r}: set it to true or false")
+
+
 @dataclass
 class OperatorConfig:
     namespaces: list[str] = field(default_factory=list)
@@ -82,6 +94,17 @@ class OperatorConfig:
     checkpoint_grace_seconds: float = field(
         default_factory=lambda: _env_float("RAYTRAIN_CHECKPOINT_GRACE_SECONDS", 120.0)
     )
+    #: Whether a TrainJob may set spec.head/workerTemplate.serviceAccountName. Off (chart value
+    #: podOverrides.allowServiceAccountName=false), such a TrainJob stalls before anything is
+    #: created: whoever may create TrainJobs could otherwise run pods as any ServiceAccount of
+    #: the namespace.
+    allow_service_account_name: bool = field(
+        default_factory=lambda: _env_bool("RAYTRAIN_ALLOW_SERVICE_ACCOUNT_NAME", True)
+    )
+    #: Whether a TrainJob may set spec.head/workerTemplate.envFrom (chart value
+    #: podOverrides.allowEnvFrom): off, a TrainJob cannot load any Secret of its namespace into
+    #: its pods' environment.
+    allow_env_from: bool = field(default_factory=lambda: _env_bool("RAYTRAIN_ALLOW_ENV_FROM", True))
     workers: int = 16
     #: kopf peering: auto (peer when the peering object exists), required (refuse to run
     #: without it), off (standalone).

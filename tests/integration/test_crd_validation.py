@@ -414,6 +414,36 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
         [_set("spec.head", {"tolerations": [{"operator": "Equal", "value": "a"}]})],
         ["spec.head.tolerations[0]", "without a key must have operator Exists"],
     ),
+    (
+        "retry-policy-unknown-class",
+        [_set("spec.retryPolicy", {"classes": {"OOMKilled": True, "OutOfMemory": True}})],
+        ["spec.retryPolicy.classes: a key must be one of OOMKilled, ImagePullFailed", "Unknown"],
+    ),
+    (
+        "retry-policy-class-not-a-bool",
+        [_set("spec.retryPolicy", {"classes": {"OOMKilled": "yes"}})],
+        ["spec.retryPolicy.classes.OOMKilled", "must be of type boolean"],
+    ),
+    (
+        "retry-policy-exit-code-too-high",
+        [_set("spec.retryPolicy", {"exitCodes": [{"code": 256, "retry": True}]})],
+        ["spec.retryPolicy.exitCodes[0].code", "less than or equal to 255"],
+    ),
+    (
+        "retry-policy-exit-code-twice",
+        [
+            _set(
+                "spec.retryPolicy",
+                {"exitCodes": [{"code": 75, "retry": True}, {"code": 75, "retry": False}]},
+            )
+        ],
+        ["spec.retryPolicy.exitCodes[1]", "Duplicate value"],
+    ),
+    (
+        "retry-policy-exit-code-without-retry",
+        [_set("spec.retryPolicy", {"exitCodes": [{"code": 75}]})],
+        ["spec.retryPolicy.exitCodes[0].retry", "Required value"],
+    ),
 ]
 
 
@@ -451,6 +481,22 @@ def test_valid_manifest_is_accepted(kube_cluster: Any, namespace: str) -> None:
     assert got["spec"]["scaling"]["workersPerPod"] == 1
     assert got["spec"]["scaling"]["placementStrategy"] == "PACK"
     assert got["spec"]["backoffLimit"] == 0
+
+
+def test_a_retry_policy_is_accepted_as_written(kube_cluster: Any, namespace: str) -> None:
+    doc = _valid()
+    doc["metadata"]["name"] = "retry-policy"
+    policy = {
+        "classes": {"OOMKilled": True, "UserException": False},
+        "exitCodes": [{"code": 75, "retry": True}],
+    }
+    doc["spec"]["retryPolicy"] = policy
+    result = kube_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    assert result.returncode == 0, result.stderr
+    got = json.loads(
+        kube_cluster.kubectl("get", "rtj", "retry-policy", "-n", namespace, "-o", "json").stdout
+    )
+    assert got["spec"]["retryPolicy"] == policy
 
 
 @pytest.mark.parametrize(

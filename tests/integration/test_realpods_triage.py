@@ -124,6 +124,7 @@ def test_a_python_exception_in_the_loop_fails_at_once_with_its_traceback(
 TAINT = "raytrain.dev/triage-node-lost"
 
 
+@pytest.mark.realpods_pending
 def test_pods_the_node_takes_away_are_node_lost_and_retried(
     real_world: RealWorld, namespace: str
 ) -> None:

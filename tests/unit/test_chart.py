@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +24,7 @@ from raytrain_operator.uninstall import Options
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "raytrain-operator"
 FULL_VALUES = CHART / "ci" / "full-values.yaml"
+MULTI_TENANT_VALUES = CHART / "ci" / "multi-tenant-values.yaml"
 NAMESPACE = "raytrain-system"
 
 OPERATOR_DOC = ROOT / "docs" / "operator.md"
@@ -120,7 +122,9 @@ def full(helm: str) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------ lint
 
 
-@pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["default", "full"])
+@pytest.mark.parametrize(
+    "values", [None, FULL_VALUES, MULTI_TENANT_VALUES], ids=["default", "full", "multi-tenant"]
+)
 def test_lint_is_clean(helm: str, values: pathlib.Path | None) -> None:
     args = ["lint", "--strict", str(CHART)] + (["-f", str(values)] if values else [])
     proc = run_helm(helm, *args, check=False)
@@ -139,6 +143,8 @@ def test_default_renders_the_expected_objects(default: list[dict[str, Any]]) -> 
         "Deployment",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
 
 
@@ -386,6 +392,8 @@ def test_uninstall_hook_can_be_turned_off(helm: str) -> None:
         ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
         ("watchNamespaces[0]=Team_A", "/watchNamespaces/0"),
         ("replicas=3", "replicas"),
+        ("podOverrides.allowEnvFrom=maybe", "/podOverrides/allowEnvFrom"),
+        ("runtimeStatusPolicy.enabled=yes", "/runtimeStatusPolicy/enabled"),
     ],
 )
 def test_schema_refuses_bad_values(helm: str, flag: str, complaint: str) -> None:
@@ -477,3 +485,81 @@ def test_rbac_create_false_creates_no_rbac(helm: str, values: pathlib.Path | Non
     rbac = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     assert not [d["kind"] for d in docs if d["kind"] in rbac]
     assert "Deployment" in kinds(docs)
+
+
+# --------------------------------------------------------------------------- multi-tenancy
+
+
+RUNTIME_OWNED = {"trainerStatus", "checkpoint"}
+
+
+def test_runtime_status_policy_guards_every_operator_owned_field(
+    default: list[dict[str, Any]],
+) -> None:
+    """A status field added to the CRD is the operator's unless listed here: the policy must
+    guard it, or a per-job account could write it."""
+    policy = one(default, "ValidatingAdmissionPolicy")
+    crd = one(default, "CustomResourceDefinition")
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    guarded = set()
+    for validation in policy["spec"]["validations"]:
+        guarded.update(
+            re.findall(r"may not change status\.(\w+) ", validation["messageExpression"])
+        )
+    assert set(status["properties"]) >= RUNTIME_OWNED
+    assert not guarded & RUNTIME_OWNED
+    # Guarding a field the CRD does not have yet is harmless (has() is false on both sides).
+    assert set(status["properties"]) - RUNTIME_OWNED - guarded == set()
+
+
+def test_runtime_status_policy_spares_the_operator(default: list[dict[str, Any]]) -> None:
+    policy = one(default, "ValidatingAdmissionPolicy")
+    binding = one(default, "ValidatingAdmissionPolicyBinding")
+    account = one(default, "ServiceAccount")["metadata"]
+    (condition,) = policy["spec"]["matchConditions"]
+    operator = f"system:serviceaccount:{account['namespace']}:{account['name']}"
+    assert f"request.userInfo.username != '{operator}'" in condition["expression"]
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+    assert policy["spec"]["failurePolicy"] == "Fail"
+
+
+def test_runtime_status_policy_can_be_turned_off(helm: str) -> None:
+    docs = render(helm, "--set", "runtimeStatusPolicy.enabled=false")
+    assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+def operator_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def test_pod_overrides_are_allowed_by_default(
+    default: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raytrain_operator.settings import OperatorConfig
+
+    env = operator_env(default)
+    assert "RAYTRAIN_ALLOW_SERVICE_ACCOUNT_NAME" not in env
+    assert "RAYTRAIN_ALLOW_ENV_FROM" not in env
+    monkeypatch.delenv("RAYTRAIN_ALLOW_SERVICE_ACCOUNT_NAME", raising=False)
+    monkeypatch.delenv("RAYTRAIN_ALLOW_ENV_FROM", raising=False)
+    config = OperatorConfig()
+    assert config.allow_service_account_name and config.allow_env_from
+
+
+def test_multi_tenant_profile_forbids_both_overrides(
+    helm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raytrain_operator.settings import OperatorConfig
+
+    docs = render(helm, "-f", str(MULTI_TENANT_VALUES))
+    env = operator_env(docs)
+    for name in ("RAYTRAIN_ALLOW_SERVICE_ACCOUNT_NAME", "RAYTRAIN_ALLOW_ENV_FROM"):
+        monkeypatch.setenv(name, env[name])
+    config = OperatorConfig()
+    assert not config.allow_service_account_name
+    assert not config.allow_env_from
+    assert one(docs, "ValidatingAdmissionPolicy")

@@ -81,6 +81,24 @@ FUNCTIONS = frozenset(
 #: Keywords followed by a list of label names.
 GROUPING = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
 KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset"})
+#: A TrainJob status with every value a per-job gauge shows.
+FULL_STATUS: dict[str, Any] = {
+    "restarts": 1,
+    "trainerStatus": {
+        "progressPercentage": 40,
+        "epoch": 2,
+        "lastUpdatedTime": "2026-11-23T10:00:00Z",
+    },
+    "checkpoint": {"count": 3, "lastTime": "2026-11-23T09:59:00Z"},
+    "goodput": {
+        "allocatedSeconds": 100.0,
+        "productiveSeconds": 60.0,
+        "lostSeconds": 20.0,
+        "allocatedGPUSeconds": 200.0,
+        "productiveGPUSeconds": 120.0,
+        "lostGPUSeconds": 40.0,
+    },
+}
 GRAFANA_VARIABLES = frozenset({"__rate_interval", "__interval", "__range", "__range_s"})
 
 
@@ -147,8 +165,12 @@ def operator_metrics() -> dict[str, set[str]]:
 
     # A labelled metric has no samples until a child exists: its label names come from it.
     wrappers = {w._name: w for w in vars(metrics).values() if isinstance(w, MetricWrapperBase)}
-    # The TrainJob gauges are registered when the operator starts; collect them directly.
-    families = [*REGISTRY.collect(), *metrics.TrainJobCollector(list).collect()]
+    # The TrainJob gauges are registered when the operator starts; collect them directly, from
+    # one job whose status holds every value (a per-job gauge has no series without one).
+    job = metrics.TrainJobState(
+        "Running", frozenset(), "team-a", "digits", metrics.job_values(FULL_STATUS)
+    )
+    families = [*REGISTRY.collect(), *metrics.TrainJobCollector(lambda: [job]).collect()]
     series: dict[str, set[str]] = {}
     for family in families:
         labels = {key for sample in family.samples for key in sample.labels} - {"le"}
@@ -366,6 +388,24 @@ def test_every_query_names_only_exported_metrics_and_their_labels(
             problems.append(f"{where}: the legend names {label!r}, which none of its metrics has")
         for name in sorted(set(re.findall(r"\$\{?(\w+)", expr)) - defined):
             problems.append(f"{where}: ${name} is not a dashboard variable")
+    assert problems == []
+
+
+def test_per_job_gauges_are_read_by_trainjob_namespace() -> None:
+    """On the operator's series `namespace` is the operator's own (the scrape target's): a
+    query of a per-job gauge that selects or groups by it reads the wrong namespace."""
+    per_job = {
+        name for name, labels in operator_metrics().items() if "trainjob_namespace" in labels
+    }
+    assert "raytrain_trainjob_restarts" in per_job
+    problems = []
+    for where, expr, legend in queries(load_dashboard()):
+        query = parse(expr)
+        for metric, labels in query.selectors:
+            if metric in per_job and "namespace" in labels | query.grouping:
+                problems.append(f"{where}: {metric} read by namespace, not trainjob_namespace")
+        if {m for m, _ in query.selectors} <= per_job and "{{namespace}}" in legend:
+            problems.append(f"{where}: the legend shows the operator's namespace")
     assert problems == []
 
 

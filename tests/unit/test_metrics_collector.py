@@ -102,7 +102,7 @@ def test_an_index_changing_during_the_scrape_is_read_again() -> None:
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("dictionary changed size during iteration")
-        return [("Running", frozenset({"Running"}))]
+        return [metrics.TrainJobState("Running", frozenset({"Running"}))]
 
     registry = CollectorRegistry()
     metrics.watch_trainjobs(states, registry)
@@ -120,5 +120,5 @@ def test_registering_does_not_read_the_index() -> None:
 
 def test_an_unknown_phase_is_still_counted() -> None:
     registry = CollectorRegistry()
-    metrics.watch_trainjobs(lambda: [("Terminating", frozenset())], registry)
+    metrics.watch_trainjobs(lambda: [metrics.TrainJobState("Terminating", frozenset())], registry)
     assert samples(registry, "raytrain_trainjobs", "phase")["Terminating"] == 1

@@ -225,6 +225,19 @@ def test_ray_system_errors_are_not_user_exceptions() -> None:
         "low on memory."
     )
     assert classify_(report={"phase": "Failed", "message": ray_oom}).reason == "OOMKilled"
+    # As a worker over its memory limit on a real pod was reported: Ray's memory monitor killed
+    # it and Ray Train's health check said so, the first lines of the raylet's text cut off.
+    health = (
+        "training failed: worker 0: ray.train.v2._internal.exceptions."
+        "WorkerHealthCheckFailedError: Refer to the documentation on how to address the out of "
+        "memory issue: https://docs.ray.io/en/latest/ray-observability/user-guides/debug-apps/"
+        "debug-memory.html. Consider provisioning more memory on this node or reducing task "
+        "parallelism by requesting more CPUs per task. Set max_restarts and max_task_retries to "
+        "enable retry when the task crashes due to OOM."
+    )
+    found = classify_(report={"phase": "Failed", "message": health}, worker_memory="1Gi")
+    assert found.reason == "OOMKilled"
+    assert "raise spec.scaling.resourcesPerWorker.memory (now 1Gi)" in found.message
 
 
 def test_unknown_for_the_rest_keeps_what_was_said() -> None:

@@ -1107,6 +1107,77 @@ class FailureSpec(_Model):
     """Worker-group failures tolerated before the attempt fails; -1 retries forever."""
 
 
+#: The classes a failed attempt is sorted into (raytrain_operator.status.triage.FailureClass),
+#: the keys of spec.retryPolicy.classes.
+FAILURE_CLASSES = (
+    "OOMKilled",
+    "ImagePullFailed",
+    "Unschedulable",
+    "NodeLost",
+    "UserException",
+    "CollectiveTimeout",
+    "Unknown",
+)
+_CLASS_LIST = ", ".join(FAILURE_CLASSES)
+
+
+class ExitCodeRetry(_Model):
+    """Whether a failed attempt whose container exited with `code` is retried."""
+
+    code: int = Field(ge=0, le=255)
+    """Exit code of the failed container (the one the failure was classified from), 0-255."""
+    retry: bool
+    """true: retried while spec.backoffLimit allows; false: the job fails at once."""
+
+
+class RetryPolicySpec(_Model):
+    """Which failed attempts are retried. An attempt that failed is classified (see
+    docs/failures.md); its exit code, if spec.retryPolicy.exitCodes names it, decides, else its
+    class. A retry is always a new attempt bounded by spec.backoffLimit; an input that fails the
+    same way every time (an invalid image name) is never retried."""
+
+    classes: dict[str, bool] | None = Field(
+        default=None,
+        json_schema_extra={
+            "maxProperties": len(FAILURE_CLASSES),
+            "x-kubernetes-validations": [
+                _rule(
+                    "self.all(k, k in [" + ", ".join(f"'{c}'" for c in FAILURE_CLASSES) + "])",
+                    f"spec.retryPolicy.classes: a key must be one of {_CLASS_LIST} "
+                    "(case as written); remove or rename the other keys",
+                )
+            ],
+        },
+    )
+    """Failure class -> retry. Keys: OOMKilled, ImagePullFailed, Unschedulable, NodeLost,
+    UserException, CollectiveTimeout, Unknown. A class left out keeps its default: OOMKilled and
+    UserException are not retried, every other class is."""
+    exit_codes: list[ExitCodeRetry] | None = Field(
+        default=None,
+        max_length=256,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["code"]},
+    )
+    """Exit code -> retry; an entry here wins over the class of the failure. Each code at most
+    once."""
+
+    @model_validator(mode="after")
+    def _known_classes(self) -> RetryPolicySpec:
+        unknown = sorted(set(self.classes or {}) - set(FAILURE_CLASSES))
+        if unknown:
+            raise ValueError(
+                f"spec.retryPolicy.classes: unknown class {', '.join(unknown)}; a key must be "
+                f"one of {_CLASS_LIST}"
+            )
+        codes = [rule.code for rule in self.exit_codes or []]
+        twice = sorted({code for code in codes if codes.count(code) > 1})
+        if twice:
+            raise ValueError(
+                f"spec.retryPolicy.exitCodes: code {', '.join(map(str, twice))} is listed more "
+                "than once; keep one entry per code"
+            )
+        return self
+
+
 class DatasetSpec(_Model):
     """A named input read with Ray Data and sharded across the workers."""
 
@@ -1369,6 +1440,11 @@ class TrainJobSpec(_Model):
     retry budget of their own (see its fields)."""
     backoff_limit: int = Field(default=0, ge=0, le=100)
     """Cluster-level retries: each is a new Ray cluster that resumes from the latest checkpoint."""
+    retry_policy: RetryPolicySpec | None = _new()
+    """Which failed attempts are retried (by failure class and exit code); unset keeps the
+    defaults: an OOMKilled container or an exception in the training code fails the job at once,
+    every other failure is retried while spec.backoffLimit allows. The operator applies a change
+    to the running attempt at once: it is its own decision, not built into the RayJob."""
     datasets: dict[str, DatasetSpec] | None = Field(
         default=None,
         json_schema_extra={
@@ -1467,6 +1543,103 @@ class CheckpointStatus(_Model):
     """Score of the best checkpoint."""
     count: int | None = None
     """Checkpoints reported in this run."""
+    last_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """When the runtime reported the latest checkpoint (the driver pod's clock, the moment Ray
+    Train handed it over after persisting it); absent from runtimes that do not write it."""
+
+
+class GoodputTotals(_Model):
+    """Seconds and GPU-seconds of ledger entries folded out of status.goodput.clusters."""
+
+    allocated_seconds: float | None = None
+    """Allocated seconds of the folded clusters."""
+    productive_seconds: float | None = None
+    """Productive seconds of the folded clusters (absent if unknown for one of them)."""
+    lost_to_restart_seconds: float | None = None
+    """Seconds lost to restarts after the folded clusters."""
+    lost_to_recompute_seconds: float | None = None
+    """Seconds of recomputed training of the folded clusters (absent if unknown)."""
+    allocated_gpu_seconds: float | None = Field(default=None, alias="allocatedGPUSeconds")
+    """allocatedSeconds times each cluster's GPUs."""
+    productive_gpu_seconds: float | None = Field(default=None, alias="productiveGPUSeconds")
+    """productiveSeconds times each cluster's GPUs."""
+    lost_gpu_seconds: float | None = Field(default=None, alias="lostGPUSeconds")
+    """Lost seconds times the GPUs held meanwhile."""
+
+
+class GoodputCluster(_Model):
+    """One Ray cluster of the job (an attempt, or a resume after a suspend), as the operator
+    saw it; times from KubeRay (start, end) and from the runtime's reports (the rest)."""
+
+    attempt: int
+    """The attempt (RayJob <name>-<attempt>) the cluster belonged to."""
+    start: str = Field(json_schema_extra={"format": "date-time"})
+    """KubeRay's status.startTime of the RayJob: when it began creating this cluster (pods
+    waiting for a node or an image count)."""
+    end: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """KubeRay's status.endTime, else the operator pass that saw the cluster end, else (while
+    it runs) the latest pass that saw it up."""
+    outcome: str = Field(pattern="^(Running|Succeeded|Retried|Failed|Suspended)$")
+    """Running (up at the latest pass), Succeeded, Retried (its attempt failed and another
+    followed), Failed (its attempt failed the job) or Suspended."""
+    gpus: float | None = None
+    """GPUs the RayJob's pods ask for (GPU resource names in limits, else requests, times the
+    replicas of each group)."""
+    first_report: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """lastUpdatedTime of the first runtime report the operator saw from this cluster."""
+    last_report: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """lastUpdatedTime of the latest runtime report the operator saw from this cluster."""
+    last_checkpoint: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """status.checkpoint.lastTime written while this cluster ran (its latest checkpoint)."""
+    checkpoint_time_unknown: bool | None = None
+    """true: the runtime reported checkpoints without their time (an older runtime), so what
+    this cluster kept is not known."""
+
+
+class GoodputStatus(_Model):
+    """Where the job's cluster time went, as the operator measured it. Times come from two
+    clocks: KubeRay's (a cluster's start and end) and the driver pod's (its reports); a report
+    is seen when an operator pass reads it, not every report the runtime made, so each number
+    is what was observed, a lower bound of what it names. A number the operator cannot know is
+    absent, never 0. allocated minus productive minus lost is the time neither covers: a
+    cluster's start-up before its first report, the time after its last report, a suspended
+    or finally failed cluster's training after its last checkpoint."""
+
+    allocated_seconds: float | None = None
+    """Seconds Ray clusters of this job existed: the sum over clusters of end - start, with
+    start KubeRay's status.startTime of the RayJob (it includes pods waiting to be scheduled
+    and pulling images) and end its status.endTime, else the pass that saw the cluster end,
+    else the latest pass. Not seen: a cluster that came and went between two passes."""
+    productive_seconds: float | None = None
+    """Seconds of training that were kept: for a running or succeeded cluster, its first seen
+    report to its last; for a failed or suspended one, its first seen report to its latest
+    checkpoint (0 without a checkpoint in it). Not seen: the training before a cluster's
+    first report (its first epoch or step). Absent when the runtime did not write
+    checkpoint.lastTime for a cluster that ended early."""
+    lost_seconds: float | None = None
+    """lostToRestartSeconds + lostToRecomputeSeconds (absent when the latter is)."""
+    lost_to_restart_seconds: float | None = None
+    """For each retried attempt, the seconds from its cluster's end (the failure) to the
+    first report of the next attempt, or to the latest pass while none came: deleting the old
+    cluster, starting the new one, restoring the checkpoint and the first step. A suspend is
+    not a loss: the user asked for the pause."""
+    lost_to_recompute_seconds: float | None = None
+    """For each retried attempt, the training after its latest checkpoint (to its last seen
+    report), which the next attempt did again; all of its training when it made no
+    checkpoint. Absent when the checkpoint time is unknown."""
+    allocated_gpu_seconds: float | None = Field(default=None, alias="allocatedGPUSeconds")
+    """Each cluster's allocated seconds times its GPUs (see clusters[].gpus); 0 for a job
+    without GPUs."""
+    productive_gpu_seconds: float | None = Field(default=None, alias="productiveGPUSeconds")
+    """Each cluster's productive seconds times its GPUs."""
+    lost_gpu_seconds: float | None = Field(default=None, alias="lostGPUSeconds")
+    """Recomputed seconds times the failed cluster's GPUs, plus the part of each restart gap
+    after the next cluster started times its GPUs (between the two clusters no GPU is held)."""
+    clusters: list[GoodputCluster] | None = Field(default=None, max_length=64)
+    """The ledger every number is computed from, oldest first (at most 32 entries; older
+    finished ones are folded into earlier)."""
+    earlier: GoodputTotals | None = None
+    """Totals of the ledger entries folded away."""
 
 
 class DisruptionStatus(_Model):
@@ -1534,6 +1707,8 @@ class TrainJobStatus(_Model):
     """Progress written by the trainer runtime."""
     checkpoint: CheckpointStatus | None = None
     """Latest and best checkpoint."""
+    goodput: GoodputStatus | None = None
+    """Where the cluster time went: allocated, productive and lost seconds (see its fields)."""
 
 
 class TrainJob(_Model):

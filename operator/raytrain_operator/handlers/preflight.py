@@ -4,6 +4,11 @@ credentials exist.
 A Ray cluster that starts without its checkpoint storage wastes GPUs and then fails in a way
 that is hard to read; these checks fail early, with the field, the object and the fix.
 
+Overrides an administrator turned off (OperatorConfig.allow_service_account_name and
+allow_env_from, chart values podOverrides.*): a TrainJob that uses one stalls before anything
+is created, since either lets whoever may create TrainJobs borrow rights they may not hold
+(run pods as any ServiceAccount, read any Secret of the namespace).
+
 Secrets: the API has no way to list a Secret's key names without sending its values too, so the
 Secret is read as raw bytes (`_preload_content=False`: the Kubernetes client then never passes
 the body to its debug logger, which logs every other response body at DEBUG), parsed here, and
@@ -21,6 +26,7 @@ from raytrain_operator import k8s
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import CONTRACT_KEY, build_contract_configmap
 from raytrain_operator.builders.meta import Meta
+from raytrain_operator.settings import CONFIG, OperatorConfig
 
 #: Kubernetes' limit of a ConfigMap's data (keys and values together).
 CONFIGMAP_LIMIT = 1024 * 1024
@@ -78,6 +84,67 @@ def spec_problem(trainjob: TrainJob, meta: Meta) -> Problem | None:
     return None
 
 
+#: The pod overrides of a TrainJob: (field path under spec, attribute of TrainJobSpec).
+_OVERRIDES = (("spec.head", "head"), ("spec.workerTemplate", "worker_template"))
+
+
+def _describe_env_from(entries: list[dict[str, Any]]) -> str:
+    """`secretRef s3-creds, configMapRef settings`: what the entries load, without values."""
+    names = []
+    for entry in entries:
+        for kind in ("secretRef", "configMapRef"):
+            ref = entry.get(kind)
+            if isinstance(ref, dict):
+                names.append(f"{kind} {ref.get('name')!r}")
+    return ", ".join(names) or json.dumps(entries)
+
+
+def override_problem(trainjob: TrainJob, config: OperatorConfig = CONFIG) -> Problem | None:
+    """A serviceAccountName or envFrom that this operator's settings forbid.
+
+    spec.storage.s3.serviceAccountName (IRSA) names the pods' account too, so it is forbidden
+    with the overrides' serviceAccountName: otherwise it would be the same way around.
+    """
+    spec = trainjob.spec
+    if not config.allow_service_account_name:
+        accounts = [
+            (f"{path}.serviceAccountName", getattr(spec, attr).service_account_name)
+            for path, attr in _OVERRIDES
+            if getattr(spec, attr) is not None
+        ]
+        if spec.storage.s3 is not None:
+            accounts.append(
+                ("spec.storage.s3.serviceAccountName", spec.storage.s3.service_account_name)
+            )
+        for path, account in accounts:
+            if account:
+                fix = (
+                    " (for S3 access, use spec.storage.s3.credentialsSecret instead)"
+                    if path.startswith("spec.storage")
+                    else ""
+                )
+                return (
+                    "OverrideForbidden",
+                    f"{path}: {account!r} is not allowed here: this operator runs TrainJob pods "
+                    "only as their per-job ServiceAccount (chart value "
+                    f"podOverrides.allowServiceAccountName is false). Remove {path}{fix}, or ask "
+                    "the cluster administrator to allow it",
+                )
+    if not config.allow_env_from:
+        for path, attr in _OVERRIDES:
+            overrides = getattr(spec, attr)
+            if overrides is not None and overrides.env_from:
+                return (
+                    "OverrideForbidden",
+                    f"{path}.envFrom: [{_describe_env_from(overrides.env_from)}] is not allowed "
+                    "here: this operator does not load whole Secrets or ConfigMaps into "
+                    "TrainJob pods (chart value podOverrides.allowEnvFrom is false). Remove "
+                    f"{path}.envFrom and set the variables the job needs in {path}.env, or ask "
+                    "the cluster administrator to allow it",
+                )
+    return None
+
+
 def secret_key_names(namespace: str, name: str) -> set[str] | None:
     """Names of a Secret's keys, or None when it does not exist; its values are dropped unread.
 
@@ -102,7 +169,7 @@ def secret_key_names(namespace: str, name: str) -> set[str] | None:
 
 def check(trainjob: TrainJob, meta: Meta) -> Problem | None:
     """(reason, message) of the first problem found, or None when the RayJob can be created."""
-    problem = spec_problem(trainjob, meta)
+    problem = spec_problem(trainjob, meta) or override_problem(trainjob)
     if problem is not None:
         return problem
     ns = meta.namespace

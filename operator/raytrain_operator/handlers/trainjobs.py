@@ -94,13 +94,18 @@ def on_delete(logger: kopf.Logger, uid: str | None = None, **_: Any) -> None:
     logger.info("TrainJob deleted; Kubernetes garbage-collects its RayJob, ConfigMap and RBAC.")
 
 
-def trainjob_state(status: Mapping[str, Any]) -> metrics.TrainJobState:
-    """A TrainJob's phase and True condition types, as its status on the API server says."""
+def trainjob_state(
+    status: Mapping[str, Any], namespace: str | None = None, name: str = ""
+) -> metrics.TrainJobState:
+    """A TrainJob's phase, True condition types and per-job gauge values, as its status on the
+    API server says."""
     phase = str(status.get("phase") or machine.PENDING)
     true_conditions = frozenset(
         str(c.get("type")) for c in status.get("conditions") or [] if c.get("status") == "True"
     )
-    return phase, true_conditions
+    return metrics.TrainJobState(
+        phase, true_conditions, namespace or "", name, metrics.job_values(status)
+    )
 
 
 @kopf.index(GROUP, VERSION, PLURAL, id="trainjob_states")
@@ -108,7 +113,7 @@ def trainjob_states(
     namespace: str | None, name: str, status: kopf.Status, **_: Any
 ) -> dict[tuple[str | None, str], metrics.TrainJobState]:
     """Every TrainJob's state, kept by the watch: the metrics collector reads it at scrape."""
-    return {(namespace, name): trainjob_state(status)}
+    return {(namespace, name): trainjob_state(status, namespace, name)}
 
 
 @kopf.on.startup(id="metrics")

@@ -35,7 +35,7 @@ from raytrain_operator.builders.rayjob import (
     spec_hash,
 )
 from raytrain_operator.status import conditions as c
-from raytrain_operator.status import triage
+from raytrain_operator.status import goodput, triage
 from raytrain_operator.status.conditions import Desired, Transition
 
 #: Annotation on the TrainJob once its children were removed after the TTL.
@@ -43,6 +43,11 @@ ANNOTATION_CLEANED_UP = "raytrain.dev/children-deleted"
 CHECKPOINT_GRACE_SECONDS = 120.0
 #: A checkpoint request older than the grace period plus this is from an earlier suspend.
 REQUEST_REUSE_MARGIN_SECONDS = 30.0
+#: Spec fields the operator reads for its own decisions and applies to a running attempt at
+#: once. The builders hash every field a RayJob is made from (their IMMEDIATE_FIELDS aside); a
+#: field here may be in that hash but a change to it alone is never a pending spec change and
+#: never starts a new attempt.
+OPERATOR_FIELDS = frozenset({"spec.retryPolicy"})
 #: Reconciling's reason while a spec change waits for the next attempt.
 SPEC_CHANGE_PENDING = "SpecChangePending"
 
@@ -222,6 +227,9 @@ class _Builder:
         #: A spec change the running attempt does not carry (the message), or None.
         self.pending: str | None = None
         self.failure: triage.Triage | None = None
+        #: The attempt this pass found (before any advance), once the RayJob is known to be
+        #: this job's: its cluster's time goes into status.goodput.
+        self.accounted_attempt: int | None = None
 
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.conds[type_] = Desired(status, reason, message)
@@ -259,9 +267,54 @@ class _Builder:
                 )
         self.status["conditions"] = merged
         self.status["phase"] = phase
+        if self.accounted_attempt is not None:
+            self._account(phase)
         if observed >= 1:
             self.status["observedGeneration"] = observed
         return Plan(self.status, self.actions, transitions, self.recheck, self.failure)
+
+    def _account(self, phase: str) -> None:
+        obs = self.obs
+        seen = _seen(obs, self.accounted_attempt or 0)
+        outcome: str | None = None
+        if phase == SUCCEEDED:
+            outcome = goodput.SUCCEEDED
+        elif phase == FAILED:
+            outcome = goodput.FAILED
+        elif self.failure is not None:
+            outcome = goodput.RETRIED
+        elif phase == SUSPENDED or (seen is not None and not seen.up and seen.suspended):
+            outcome = goodput.SUSPENDED
+        elif self.status.get("attempt") != self.accounted_attempt:
+            outcome = goodput.SUSPENDED  # a spec change while suspended moved to a new attempt
+        active = phase not in (SUCCEEDED, FAILED)
+        accounted = goodput.account(obs.status, seen, outcome, obs.now, active)
+        if accounted or obs.status.get("goodput"):
+            self.status["goodput"] = accounted or None
+
+
+def _seen(obs: Observation, attempt: int) -> goodput.Seen | None:
+    """The current attempt's cluster as this pass saw it, or None before KubeRay started it."""
+    rj = obs.rayjob
+    if rj is None:
+        return None
+    rj_status = rj.get("status") or {}
+    start = _cluster_start(rj_status)
+    if start is None:
+        return None
+    deployment = str(rj_status.get("jobDeploymentStatus") or "")
+    suspended = bool((rj.get("spec") or {}).get("suspend"))
+    ended = deployment in ("Complete", "Failed", "Suspending", "Suspended", "ValidationFailed")
+    return goodput.Seen(
+        attempt=attempt,
+        start=start,
+        end=parse_rfc3339(rj_status.get("endTime")),
+        gpus=goodput.rayjob_gpus(rj),
+        up=not suspended and not ended and not (rj.get("metadata") or {}).get("deletionTimestamp"),
+        suspended=suspended or deployment in ("Suspending", "Suspended"),
+        report=_report(obs.status, attempt, start),
+        checkpoint=obs.status.get("checkpoint") or {},
+    )
 
 
 def plan(obs: Observation) -> Plan:
@@ -302,6 +355,7 @@ def plan(obs: Observation) -> Plan:
         b.set(c.STALLED, True, "NameConflict", conflict)
         b.due_in(30)
         return b.finish(STALLED)
+    b.accounted_attempt = attempt
     if obs.rejected is not None:
         reason, msg = obs.rejected
         b.set(c.STALLED, True, reason, msg)
@@ -416,7 +470,7 @@ def plan(obs: Observation) -> Plan:
         return _suspend(b, name, rj_suspended, deployment, job_status, phase, rj_status)
     if rj_suspended:
         by_user = rj_annotations.get(ANNOTATION_SUSPENDED_BY_USER) == "true"
-        if rj_annotations.get(ANNOTATION_SPEC_HASH) not in (None, spec_hash(tj)):
+        if _built_changes(tj, rj_annotations) != []:
             # The spec changed while no cluster ran: a new attempt carries it (same run name).
             msg = (
                 f"the spec changed while RayJob {name} was suspended; attempt {attempt + 1} "
@@ -483,9 +537,9 @@ def _pending_change(
     built = rj_annotations.get(ANNOTATION_GENERATION)
     if built == str(generation):
         return None
-    if rj_annotations.get(ANNOTATION_SPEC_HASH) in (None, spec_hash(tj)):
+    fields = _built_changes(tj, rj_annotations)
+    if fields == []:
         return None
-    fields = changed_fields(tj, rj_annotations.get(ANNOTATION_FIELD_HASHES))
     what = ", ".join(fields) if fields else "the spec"
     return (
         f"generation {generation} changed {what}; RayJob {name} (attempt {attempt}) still runs "
@@ -493,6 +547,22 @@ def _pending_change(
         "so they take effect when the next one starts: after a failed attempt, or at once from "
         "the latest checkpoint if you set spec.suspend to true and then back to false"
     )
+
+
+def _built_changes(tj: TrainJob, rj_annotations: Mapping[str, Any]) -> list[str] | None:
+    """The spec fields the RayJob was built with that differ now: [] when none does, None when
+    something differs but the RayJob does not say what.
+
+    The per-field hashes decide when the RayJob carries them, so that a field only the operator
+    reads (OPERATOR_FIELDS) never counts; the whole-spec hash is the fallback for a RayJob
+    without them.
+    """
+    fields = changed_fields(tj, rj_annotations.get(ANNOTATION_FIELD_HASHES))
+    if fields is not None:
+        return [f for f in fields if f not in OPERATOR_FIELDS]
+    if rj_annotations.get(ANNOTATION_SPEC_HASH) in (None, spec_hash(tj)):
+        return []
+    return None
 
 
 def _await_previous(b: _Builder, name: str) -> Plan:
@@ -645,6 +715,15 @@ def _worker_memory(tj: TrainJob) -> str | None:
     return str(memory) if memory is not None else None
 
 
+def retry_policy(tj: TrainJob) -> triage.RetryPolicy:
+    """The default retry policy with the job's spec.retryPolicy merged over it."""
+    spec = tj.spec.retry_policy
+    if spec is None:
+        return triage.DEFAULT_POLICY
+    codes = {rule.code: rule.retry for rule in spec.exit_codes or []}
+    return triage.merge_policy(spec.classes, codes)
+
+
 def _attempt_failed(
     b: _Builder,
     tj: TrainJob,
@@ -671,11 +750,12 @@ def _attempt_failed(
             return _preempted(b, attempt, restarts, used, budget, preempted)
         what += f" (spec.disruption.maxPreemptions {budget} spent: this one counts as a failure)"
     limit = tj.spec.backoff_limit
+    policy = retry_policy(tj)
     retry = triage.retry_decision(
-        found.failure_class, found.exit_code, triage.DEFAULT_POLICY, permanent=found.permanent
+        found.failure_class, found.exit_code, policy, permanent=found.permanent
     )
     if not retry:
-        advice = triage.advice(found, retried=False)
+        advice = triage.advice(found, retried=False, policy=policy)
         if limit > 0 and restarts < limit:
             advice += f" ({limit - restarts} of spec.backoffLimit {limit} retries left unused.)"
         return _fail(b, found.reason, f"attempt {attempt} failed ({found.reason}): {what}.{advice}")

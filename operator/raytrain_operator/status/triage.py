@@ -10,7 +10,7 @@ Evidence is weighed from the most specific to the least: a container the kernel 
 memory, an image that cannot be pulled, a pod that cannot be placed or whose node went away,
 then what the runtime (or KubeRay) said: a collective timeout, a Python exception raised by the
 user's code, else `Unknown`. `retry_decision` applies a `RetryPolicy` (class -> retry, plus
-exit-code overrides), the shape a future `spec.retryPolicy` takes.
+exit-code overrides): `DEFAULT_POLICY` merged with the job's `spec.retryPolicy` (`merge_policy`).
 """
 
 from __future__ import annotations
@@ -65,6 +65,18 @@ DEFAULT_POLICY: RetryPolicy = {
     },
     "exitCodes": {},
 }
+
+
+def merge_policy(
+    classes: Mapping[str, bool] | None, exit_codes: Mapping[int, bool] | None
+) -> RetryPolicy:
+    """DEFAULT_POLICY with a job's spec.retryPolicy over it: a class it leaves out keeps its
+    default; its exit codes are the only ones (the default names none)."""
+    return {
+        "classes": {**DEFAULT_POLICY["classes"], **(classes or {})},
+        "exitCodes": {**DEFAULT_POLICY["exitCodes"], **(exit_codes or {})},
+    }
+
 
 UNKNOWN_HINT = (
     "the operator could not tell why (no OOMKilled, image, scheduling or node problem on the "
@@ -154,7 +166,14 @@ _COLLECTIVE = re.compile(
 )
 #: Ray's own errors (a dead actor, a node gone, Ray's memory monitor), never the user's code.
 _RAY_NODE = re.compile(r"NodeDiedError|node (?:\S+ )?(?:died|was terminated|is dead)", re.I)
-_RAY_MEMORY = re.compile(r"ray\.exceptions\.OutOfMemoryError|running low on memory", re.I)
+#: How much of Ray's memory monitor text a message quotes.
+RAY_MEMORY_QUOTE = 600
+#: The raylet's words when its memory monitor kills a worker; a report may keep only the
+#: later ones ("... address the out of memory issue ..."), cut by the message's length.
+_RAY_MEMORY = re.compile(
+    r"ray\.exceptions\.OutOfMemoryError|running low on memory|address the out of memory issue",
+    re.I,
+)
 _SYSTEM_EXCEPTIONS = frozenset(
     {
         "ActorDiedError",
@@ -375,16 +394,26 @@ def exception_type(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _from_text(text: str, source: str, *, user_needs_traceback: bool = False) -> Triage | None:
+def _from_text(
+    text: str,
+    source: str,
+    *,
+    user_needs_traceback: bool = False,
+    worker_memory: str | None = None,
+) -> Triage | None:
     """The class a failure message shows. With `user_needs_traceback` (KubeRay's words, which
     quote the driver's log), only a Python traceback makes it a user exception."""
     if not text.strip():
         return None
     if _RAY_MEMORY.search(text):
+        now = f" (now {worker_memory})" if worker_memory else " (unset now)"
+        # Ray's text is long (its settings, its policy's history): the fix must not be cut off.
+        said = last_traceback_lines(text, 4)
+        said = said if len(said) <= RAY_MEMORY_QUOTE else said[:RAY_MEMORY_QUOTE] + " ..."
         return Triage(
             FailureClass.OOM_KILLED,
-            f"Ray's memory monitor killed a worker ({source}: {last_traceback_lines(text, 4)}); "
-            "raise spec.scaling.resourcesPerWorker.memory or lower the batch size",
+            f"Ray's memory monitor killed a worker ({source}: {said}); "
+            f"raise spec.scaling.resourcesPerWorker.memory{now} or lower the batch size",
         )
     exc = exception_type(text)
     if _COLLECTIVE.search(text):
@@ -450,12 +479,21 @@ def classify(evidence: Evidence) -> Triage:
         return found
     report = evidence.report or {}
     if report.get("phase") == "Failed":
-        found = _from_text(str(report.get("message") or ""), "reported by the trainer runtime")
+        found = _from_text(
+            str(report.get("message") or ""),
+            "reported by the trainer runtime",
+            worker_memory=evidence.worker_memory,
+        )
         if found is not None:
             return found
     rj = evidence.rayjob_status
     rj_text = "\n".join(str(rj.get(k)) for k in ("message", "failedReason", "reason") if rj.get(k))
-    found = _from_text(rj_text, "from the RayJob's status", user_needs_traceback=True)
+    found = _from_text(
+        rj_text,
+        "from the RayJob's status",
+        user_needs_traceback=True,
+        worker_memory=evidence.worker_memory,
+    )
     if found is not None:
         return found
     detail = str(report.get("message") or "") if report.get("phase") == "Failed" else ""
@@ -464,7 +502,7 @@ def classify(evidence: Evidence) -> Triage:
 
 
 def advice(triage: Triage, retried: bool, policy: RetryPolicy = DEFAULT_POLICY) -> str:
-    """What the retry decision was and how to change it (to be given by spec.retryPolicy)."""
+    """What the retry decision was and how to change it (spec.retryPolicy)."""
     if retried:
         return ""
     if triage.permanent:
@@ -472,16 +510,26 @@ def advice(triage: Triage, retried: bool, policy: RetryPolicy = DEFAULT_POLICY) 
             " Not retried: the same input fails the same way on every attempt, so "
             "spec.backoffLimit is not spent on it."
         )
-    default = policy["classes"].get(triage.reason)
-    if default is False:
+    code = triage.exit_code
+    if code is not None and policy["exitCodes"].get(code) is False:
+        return (
+            f" Not retried: spec.retryPolicy.exitCodes says exit code {code} is not retried, so "
+            "spec.backoffLimit is not spent on it; fix the cause and create the TrainJob again, "
+            f"or set retry: true for code {code} in spec.retryPolicy.exitCodes."
+        )
+    setting = policy["classes"].get(triage.reason)
+    if setting is False:
         why = {
             FailureClass.OOM_KILLED: "the same memory limit fails the same way",
             FailureClass.USER_EXCEPTION: "an exception in the training code fails the same "
             "way on every attempt",
         }.get(triage.failure_class, "this class is not retried")
+        if DEFAULT_POLICY["classes"].get(triage.reason) is not False:
+            why = f"spec.retryPolicy.classes.{triage.reason} is false"
         return (
             f" Not retried ({why}), so spec.backoffLimit is not spent on it; fix the cause "
-            "and create the TrainJob again."
+            "and create the TrainJob again, or set "
+            f"spec.retryPolicy.classes.{triage.reason}: true."
         )
     return ""
 
