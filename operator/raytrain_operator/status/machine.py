@@ -742,15 +742,16 @@ def _attempt_failed(
     elif found.pod is not None and said:
         # The class came from the pods: keep what the runtime or KubeRay said beside it.
         what += f" (then: {said})"
+    policy = retry_policy(tj)
     preempted = preemption(found, b.obs.attempt_pods) or head_disrupted(b.obs.status, attempt)
-    if preempted is not None:
+    # spec.retryPolicy.classes.NodeLost: false turns preemption retries off as well.
+    if preempted is not None and triage.retry_decision(triage.FailureClass.NODE_LOST, None, policy):
         budget = max_preemptions(tj)
         used = int(b.obs.status.get("preemptions") or 0)
         if used < budget:
             return _preempted(b, attempt, restarts, used, budget, preempted)
         what += f" (spec.disruption.maxPreemptions {budget} spent: this one counts as a failure)"
     limit = tj.spec.backoff_limit
-    policy = retry_policy(tj)
     retry = triage.retry_decision(
         found.failure_class, found.exit_code, policy, permanent=found.permanent
     )
