@@ -150,9 +150,15 @@ def _gloo_rank(rank: int, port: int, out: str) -> None:
         except Exception as exc:
             Path(out).write_text(failure.format_failure(exc))
     else:
+        # Stay in the group, never joining the collective, until rank 0 has written what its
+        # timeout said (or a deadline passes): leaving early would end rank 0's wait another way.
+        import threading
         import time
 
-        time.sleep(5)
+        deadline = time.monotonic() + 60
+        pause = threading.Event()  # never set: an interruptible wait between checks
+        while not Path(out).exists() and time.monotonic() < deadline:
+            pause.wait(0.05)
 
 
 @pytest.mark.runtime

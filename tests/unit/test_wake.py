@@ -39,13 +39,16 @@ def test_a_key_runs_when_due_and_an_earlier_schedule_wins() -> None:
     ran: list[tuple[str, float]] = []
     waker = wake.Waker(lambda key: ran.append((key[1], time.monotonic())))
     start = time.monotonic()
-    waker.schedule(("ns", "late"), 0.3)
+    waker.schedule(("ns", "late"), 1.0)
     waker.schedule(("ns", "a"), 30.0)
-    waker.schedule(("ns", "a"), 0.0)  # earlier: replaces the 30 s one
+    # Earlier: replaces the 30 s one. Not due at once, so that it is still queued when the
+    # next line schedules again (with 0 s it could already have run, and the 10 s would stay).
+    waker.schedule(("ns", "a"), 0.3)
     waker.schedule(("ns", "a"), 10.0)  # later than the queued one: ignored
     wait_until(lambda: len(ran) == 2)
     assert [name for name, _ in ran] == ["a", "late"]
-    assert ran[1][1] - start >= 0.3
+    assert ran[0][1] - start >= 0.3
+    assert ran[1][1] - start >= 1.0
     assert waker.pending() == {}
 
 

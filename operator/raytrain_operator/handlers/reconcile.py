@@ -177,17 +177,13 @@ def cluster_problem(
         _pods_forbidden_until = time.monotonic() + PODS_FORBIDDEN_RETRY_SECONDS
         return None
     for pod in pods:
-        for cond in (pod.get("status") or {}).get("conditions") or []:
-            if (
-                cond.get("type") == "PodScheduled"
-                and cond.get("status") == "False"
-                and cond.get("reason") == "Unschedulable"
-            ):
-                name = (pod.get("metadata") or {}).get("name")
-                return (
-                    "Unschedulable",
-                    f"pod {name} cannot be scheduled: {cond.get('message') or 'no message'}",
-                )
+        cond = triage.unschedulable_condition(pod)
+        if cond is not None:
+            name = (pod.get("metadata") or {}).get("name")
+            return (
+                "Unschedulable",
+                f"pod {name} cannot be scheduled: {cond.get('message') or 'no message'}",
+            )
     # An image that cannot be pulled, a container killed for memory, a node gone.
     found = triage.classify_pods(pods)
     return (found.reason, found.message) if found is not None else None

@@ -355,20 +355,28 @@ def _unschedulable(
                 "spec.scaling (numWorkers, resourcesPerWorker)",
             )
     for pod in pods:
-        for cond in (pod.get("status") or {}).get("conditions") or []:
-            if (
-                cond.get("type") == "PodScheduled"
-                and cond.get("status") == "False"
-                and cond.get("reason") == "Unschedulable"
-            ):
-                name = _name(pod)
-                return Triage(
-                    FailureClass.UNSCHEDULABLE,
-                    f"pod {name} cannot be scheduled: {cond.get('message') or 'no message'}; "
-                    "no node has the resources the pod requests: lower spec.scaling "
-                    "(resourcesPerWorker, numWorkers) or add nodes",
-                    pod=name,
-                )
+        cond = unschedulable_condition(pod)
+        if cond is not None:
+            name = _name(pod)
+            return Triage(
+                FailureClass.UNSCHEDULABLE,
+                f"pod {name} cannot be scheduled: {cond.get('message') or 'no message'}; "
+                "no node has the resources the pod requests: lower spec.scaling "
+                "(resourcesPerWorker, numWorkers) or add nodes",
+                pod=name,
+            )
+    return None
+
+
+def unschedulable_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's PodScheduled=False condition with reason Unschedulable, if it has one."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            return dict(cond)
     return None
 
 
