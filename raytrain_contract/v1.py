@@ -236,6 +236,16 @@ class Contract(_Section):
     datasets: dict[str, Dataset] = Field(default_factory=dict)
     tune: TuneSettings | None = None
     report: ReportSettings = Field(default_factory=ReportSettings)
+    # A checkpoint of another run (an s3:// URI, or an absolute path on the shared mount) that
+    # the loop gets from ray.train.get_checkpoint() while this run has none of its own.
+    resume_from: str | None = Field(default=None, min_length=1)
+
+    @field_validator("resume_from")
+    @classmethod
+    def _checkpoint_location(cls, value: str | None) -> str | None:
+        if value is not None and not (value.startswith("s3://") or value.startswith("/")):
+            raise ValueError("expected an s3:// URI or an absolute path")
+        return value
 
     @field_validator("config", "checkpoint", "failure", "datasets", "report", mode="before")
     @classmethod
@@ -251,9 +261,10 @@ class Contract(_Section):
 
 
 # Keys each section had in the 0.1.0 release. A key added since is left out of the rendered
-# document while it holds its default (see the module docstring). Empty today: version 1 has
-# not grown a key yet.
-_ADDED_SINCE_0_1_0: dict[type[BaseModel], frozenset[str]] = {}
+# document while it holds its default (see the module docstring).
+_ADDED_SINCE_0_1_0: dict[type[BaseModel], frozenset[str]] = {
+    Contract: frozenset({"resume_from"}),
+}
 
 
 def dump_contract(contract: Contract) -> dict[str, Any]:

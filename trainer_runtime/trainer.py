@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytrain_contract import Contract
+from trainer_runtime import resume
 from trainer_runtime import runlog as runlog_module
 from trainer_runtime.datawait import start_watch
 from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
@@ -454,6 +455,19 @@ def _run_training(
         workers,
         contract.storage.path,
     )
+    if contract.resume_from:
+        if resume.run_has_checkpoint(target, contract.run_name):
+            log.info("the run has checkpoints of its own: %s is not used", contract.resume_from)
+        else:
+            try:
+                resume.check_source(contract.resume_from, target)
+            except resume.ResumeSourceError as exc:
+                message = str(exc)
+                log.error("%s", message)
+                reporter.finish(FAILED, message)
+                return EXIT_BAD_INPUT
+            log.info("the run starts from %s (spec.resumeFrom)", contract.resume_from)
+        train_fn = resume.with_seed(train_fn, contract.resume_from, target)
 
     queue = report_queue()
     stop = threading.Event()

@@ -444,6 +444,44 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
         [_set("spec.retryPolicy", {"exitCodes": [{"code": 75}]})],
         ["spec.retryPolicy.exitCodes[0].retry", "Required value"],
     ),
+    (
+        "resume-from-both",
+        [_set("spec.resumeFrom", {"trainJob": "digits", "checkpoint": "s3://raytrain/c/x"})],
+        ["spec.resumeFrom: set exactly one of resumeFrom.trainJob"],
+    ),
+    (
+        "resume-from-neither",
+        [_set("spec.resumeFrom", {})],
+        ["spec.resumeFrom: set exactly one of resumeFrom.trainJob"],
+    ),
+    (
+        "resume-from-relative-path",
+        [_set("spec.resumeFrom", {"checkpoint": "runs/checkpoint_1"})],
+        ["spec.resumeFrom.checkpoint must be a checkpoint directory"],
+    ),
+    (
+        "resume-from-dot-dot",
+        [_set("spec.resumeFrom", {"checkpoint": "s3://raytrain/checkpoints/../other"})],
+        ["spec.resumeFrom.checkpoint must be a checkpoint directory", "'..'"],
+    ),
+    (
+        "resume-from-a-path-with-s3-storage",
+        [_set("spec.resumeFrom", {"checkpoint": "/mnt/raytrain/run/checkpoint_1"})],
+        ["spec.resumeFrom.checkpoint must be where this job's pods can read it"],
+    ),
+    (
+        "resume-from-outside-the-claim",
+        [
+            _set("spec.storage", PVC),
+            _set("spec.resumeFrom", {"checkpoint": "/data/run/checkpoint_1"}),
+        ],
+        ["spec.resumeFrom.checkpoint must be where", "under spec.storage.pvc.mountPath"],
+    ),
+    (
+        "resume-from-a-bad-name",
+        [_set("spec.resumeFrom", {"trainJob": "Digits_1"})],
+        ["spec.resumeFrom.trainJob"],
+    ),
 ]
 
 
@@ -591,3 +629,27 @@ def test_not_started_job_may_change_its_image(kube_cluster: Any, namespace: str)
         "patch", "rtj", "bad-input", "-n", namespace, "--type=merge", "-p", change, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_resume_from_is_fixed_once_the_job_has_started(kube_cluster: Any, namespace: str) -> None:
+    doc = _valid()
+    doc["spec"]["resumeFrom"] = {"trainJob": "digits"}
+    kube_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    # Before the job starts: a mistake in it can be fixed.
+    fix = json.dumps({"spec": {"resumeFrom": {"trainJob": "digits-2"}}})
+    kube_cluster.kubectl("patch", "rtj", "bad-input", "-n", namespace, "--type=merge", "-p", fix)
+    recorded = {"status": {"resumedFrom": "s3://raytrain/checkpoints/digits-2-x/checkpoint_1"}}
+    kube_cluster.kubectl(
+        "patch", "rtj", "bad-input", "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps(recorded),
+    )  # fmt: skip
+    for change in (
+        {"spec": {"resumeFrom": {"trainJob": "digits-3"}}},
+        {"spec": {"resumeFrom": None}},
+    ):
+        refused = kube_cluster.kubectl(
+            "patch", "rtj", "bad-input", "-n", namespace, "--type=merge", "-p",
+            json.dumps(change), check=False,
+        )  # fmt: skip
+        assert refused.returncode != 0, change
+        assert "spec.resumeFrom cannot change once the job has started" in refused.stderr

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from raytrain_operator.cli import main
 
@@ -49,3 +50,53 @@ def test_run_local_trains_then_a_second_run_resumes(
     assert _start_epochs(capsys.readouterr().err) == [0]
     assert len([p for p in store.iterdir() if p.is_dir()]) == 2
     assert len(_checkpoints(run_dirs[0])) == 2
+
+
+def _manifest_resuming_from(tmp_path: Path, name: str, checkpoint: str) -> str:
+    docs = list(yaml.safe_load_all(Path(DIGITS).read_text()))
+    (job,) = [d for d in docs if d and d.get("kind") == "TrainJob"]
+    job["metadata"]["name"] = name
+    job["spec"]["resumeFrom"] = {"checkpoint": checkpoint}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return str(path)
+
+
+def test_a_new_job_with_resume_from_starts_at_another_runs_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "store"
+    common = ["--local", "--quiet", "--storage-path", str(store)]
+    assert main(["run", DIGITS, *common, "--epochs", "2"]) == 0
+    capsys.readouterr()
+    (first_run,) = [p for p in store.iterdir() if p.is_dir()]
+    latest = sorted(_checkpoints(first_run))[-1]
+
+    # Another TrainJob (another run name) that starts where the first one ended.
+    follow = _manifest_resuming_from(tmp_path, "digits-more", str(latest))
+    assert main(["run", follow, *common, "--epochs", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "Succeeded" in err
+    assert _start_epochs(err) == [2]
+    runs = sorted(p for p in store.iterdir() if p.is_dir())
+    assert len(runs) == 2
+    (second_run,) = [p for p in runs if p != first_run]
+    assert second_run.name.startswith("digits-more-")
+    assert _checkpoints(second_run), "the new run keeps its own checkpoints"
+    assert len(_checkpoints(first_run)) == 2, "the source run is left as it was"
+
+
+def test_resume_from_a_checkpoint_that_is_not_there_fails_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "store"
+    missing = tmp_path / "gone" / "checkpoint_2026-01-01_00-00-00.000000"
+    follow = _manifest_resuming_from(tmp_path, "digits-orphan", str(missing))
+    code = main(["run", follow, "--local", "--quiet", "--storage-path", str(store)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code != 0
+    # The console may shorten the long path in the middle.
+    assert "spec.resumeFrom: the checkpoint /" in err
+    assert "000000 is not there; name a checkpoint directory" in err
+    assert "report 0" not in err
+    assert not store.exists() or not any(store.glob("*/checkpoint_*"))

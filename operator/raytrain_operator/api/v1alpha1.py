@@ -1378,6 +1378,46 @@ def _worker_resource_rules() -> list[JsonValue]:
     return rules
 
 
+class ResumeFromSpec(_Model):
+    """Where a new run starts: the latest checkpoint of another TrainJob, or a checkpoint named
+    by its location. Used while this job's own run has no checkpoint; once it has one, every
+    later attempt resumes from its own. Set exactly one field."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _rule(
+                    "(has(self.trainJob) ? 1 : 0) + (has(self.checkpoint) ? 1 : 0) == 1",
+                    "spec.resumeFrom: set exactly one of resumeFrom.trainJob (a TrainJob of this "
+                    "namespace whose latest checkpoint to start from) or resumeFrom.checkpoint "
+                    "(the checkpoint's location)",
+                )
+            ]
+        }
+    )
+
+    train_job: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
+    """A TrainJob in this namespace: the run starts from its status.checkpoint.latestURI, read
+    when this job's first RayJob is created (and kept in status.resumedFrom)."""
+    checkpoint: str | None = Field(
+        default=None,
+        max_length=1024,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _rule(
+                    "(self.startsWith('s3://') || self.startsWith('/')) && "
+                    "!self.matches('/[.][.]?(/|$)') && !self.matches('[[:cntrl:]]')",
+                    "spec.resumeFrom.checkpoint must be a checkpoint directory: an s3:// URI "
+                    "or an absolute path under spec.storage.pvc.mountPath, without '.' or '..' "
+                    "segments (a TrainJob's status.checkpoint.latestURI is one)",
+                )
+            ]
+        },
+    )
+    """A checkpoint directory: an s3:// URI (read with this job's S3 settings and credentials)
+    or an absolute path under spec.storage.pvc.mountPath."""
+
+
 class TrainJobSpec(_Model):
     """Desired state of a TrainJob."""
 
@@ -1395,6 +1435,14 @@ class TrainJobSpec(_Model):
                         "directory",
                     )
                     for pod in ("head", "workerTemplate")
+                ),
+                _rule(
+                    "!has(self.resumeFrom) || !has(self.resumeFrom.checkpoint) || "
+                    "(has(self.storage.s3) ? self.resumeFrom.checkpoint.startsWith('s3://') : "
+                    "self.resumeFrom.checkpoint.startsWith(self.storage.pvc.mountPath + '/'))",
+                    "spec.resumeFrom.checkpoint must be where this job's pods can read it: an "
+                    "s3:// URI when spec.storage is s3, a path under spec.storage.pvc.mountPath "
+                    "when it is a pvc",
                 ),
             ]
         }
@@ -1445,6 +1493,10 @@ class TrainJobSpec(_Model):
     defaults: an OOMKilled container or an exception in the training code fails the job at once,
     every other failure is retried while spec.backoffLimit allows. The operator applies a change
     to the running attempt at once: it is its own decision, not built into the RayJob."""
+    resume_from: ResumeFromSpec | None = _new()
+    """Start the run from another TrainJob's latest checkpoint or from a checkpoint location,
+    instead of from scratch (for example to continue a job that failed or ran out of time).
+    Cannot change once the job has started."""
     datasets: dict[str, DatasetSpec] | None = Field(
         default=None,
         json_schema_extra={
@@ -1709,6 +1761,9 @@ class TrainJobStatus(_Model):
     """Latest and best checkpoint."""
     goodput: GoodputStatus | None = None
     """Where the cluster time went: allocated, productive and lost seconds (see its fields)."""
+    resumed_from: str | None = _new()
+    """The checkpoint this run started from (spec.resumeFrom, resolved when the first RayJob
+    was created); the loop gets it until the run has a checkpoint of its own."""
 
 
 class TrainJob(_Model):
@@ -1738,6 +1793,18 @@ class TrainJob(_Model):
                     "has started; set spec.suspend: true first, or create a new TrainJob",
                     reason="FieldValueForbidden",
                     fieldPath=".spec",
+                ),
+                _rule(
+                    "!has(oldSelf.status) || (!has(oldSelf.status.startTime) && "
+                    "!has(oldSelf.status.resumedFrom)) || "
+                    "(has(self.spec.resumeFrom) == has(oldSelf.spec.resumeFrom) && "
+                    "(!has(self.spec.resumeFrom) || "
+                    "self.spec.resumeFrom == oldSelf.spec.resumeFrom))",
+                    "spec.resumeFrom cannot change once the job has started or recorded "
+                    "status.resumedFrom (its run already started from that checkpoint); create a "
+                    "new TrainJob to start from another one",
+                    reason="FieldValueForbidden",
+                    fieldPath=".spec.resumeFrom",
                 ),
             ]
         }

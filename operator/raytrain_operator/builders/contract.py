@@ -150,8 +150,11 @@ def _tune(spec: TrainJobSpec) -> TuneSettings | None:
     )
 
 
-def build_contract(trainjob: TrainJob, meta: Meta, attempt: int) -> Contract:
-    """The contract model for one attempt of a TrainJob."""
+def build_contract(
+    trainjob: TrainJob, meta: Meta, attempt: int, resume_from: str | None = None
+) -> Contract:
+    """The contract model for one attempt of a TrainJob; ``resume_from`` is the checkpoint
+    spec.resumeFrom resolved to (status.resumedFrom)."""
     spec = trainjob.spec
     scaling = spec.scaling
     checkpoint = spec.checkpoint
@@ -192,19 +195,24 @@ def build_contract(trainjob: TrainJob, meta: Meta, attempt: int) -> Contract:
             for name, ds in (spec.datasets or {}).items()
         },
         tune=_tune(spec),
+        resume_from=resume_from,
     )
 
 
-def render_contract(trainjob: TrainJob, meta: Meta, attempt: int) -> dict[str, Any]:
+def render_contract(
+    trainjob: TrainJob, meta: Meta, attempt: int, resume_from: str | None = None
+) -> dict[str, Any]:
     """The contract document (JSON-ready) for one attempt of a TrainJob."""
-    return dump_contract(build_contract(trainjob, meta, attempt))
+    return dump_contract(build_contract(trainjob, meta, attempt, resume_from))
 
 
-def build_contract_configmap(trainjob: TrainJob, meta: Meta, attempt: int) -> dict[str, Any]:
+def build_contract_configmap(
+    trainjob: TrainJob, meta: Meta, attempt: int, resume_from: str | None = None
+) -> dict[str, Any]:
     """The ConfigMap `<name>-contract` holding the document as `contract.json`."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": child_metadata(meta, contract_configmap_name(meta.name), attempt),
-        "data": {CONTRACT_KEY: to_json(build_contract(trainjob, meta, attempt))},
+        "data": {CONTRACT_KEY: to_json(build_contract(trainjob, meta, attempt, resume_from))},
     }

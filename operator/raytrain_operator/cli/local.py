@@ -138,7 +138,16 @@ def local_contract(
     """The contract document for a local run, and notes on what was changed for this machine."""
     notes: list[str] = []
     uid_meta = dataclasses.replace(meta, uid=local_uid(meta, new_run=new_run))
-    document = render_contract(trainjob, uid_meta, attempt=0)
+    resume = trainjob.spec.resume_from
+    if resume is not None and resume.train_job:
+        raise LocalRunError(
+            f"spec.resumeFrom.trainJob: {resume.train_job!r} names a TrainJob in a cluster, "
+            "which a local run cannot read; set spec.resumeFrom.checkpoint to the checkpoint "
+            "directory instead (a local path, or an s3:// URI with AWS_* in the environment)"
+        )
+    document = render_contract(
+        trainjob, uid_meta, attempt=0, resume_from=resume.checkpoint if resume else None
+    )
     scaling = document["scaling"]
     resources = dict(scaling["resourcesPerWorker"])
     if scaling["useGpu"] or "GPU" in resources:

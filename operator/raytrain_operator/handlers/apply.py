@@ -176,7 +176,7 @@ def ensure_children(
     creation_timestamp: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> None:
-    _ensure(build_contract_configmap(trainjob, meta, action.attempt), meta)
+    _ensure(build_contract_configmap(trainjob, meta, action.attempt, action.resume_from), meta)
     for obj in build_rbac(trainjob, meta):
         _ensure(obj, meta)
     budget = build_pod_disruption_budget(trainjob, meta)

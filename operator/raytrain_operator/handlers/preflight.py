@@ -20,6 +20,7 @@ from it but whether the key they named is there.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from raytrain_operator import k8s
@@ -226,3 +227,68 @@ def check(trainjob: TrainJob, meta: Meta) -> Problem | None:
                 "eks.amazonaws.com/role-arn annotation)",
             )
     return None
+
+
+def resume_source(
+    trainjob: TrainJob, meta: Meta, status: Mapping[str, Any]
+) -> tuple[str | None, Problem | None]:
+    """The checkpoint spec.resumeFrom names, or why it cannot be used yet.
+
+    Recorded in status.resumedFrom when the first RayJob is created and reused from there, so a
+    retry starts from the same place even after the other TrainJob is gone or has moved on (and
+    once the run has a checkpoint of its own, the runtime uses that instead).
+    """
+    ref = trainjob.spec.resume_from
+    if ref is None:
+        return None, None
+    recorded = status.get("resumedFrom")
+    if recorded:
+        return str(recorded), None
+    if ref.checkpoint:
+        return ref.checkpoint, None
+    name, ns = str(ref.train_job), meta.namespace
+    if name == meta.name:
+        return None, (
+            "ResumeSourceInvalid",
+            f"spec.resumeFrom.trainJob: {name!r} is this TrainJob; name the TrainJob whose "
+            "checkpoint to start from",
+        )
+    source = k8s.get_trainjob(ns, name)
+    if source is None:
+        return None, (
+            "ResumeSourceNotFound",
+            f"spec.resumeFrom.trainJob: TrainJob {name!r} does not exist in namespace {ns!r}; "
+            "name an existing TrainJob, or set spec.resumeFrom.checkpoint to the checkpoint's "
+            "location (the status.checkpoint.latestURI the deleted job showed)",
+        )
+    source_status = source.get("status") or {}
+    latest = (source_status.get("checkpoint") or {}).get("latestURI")
+    if not latest:
+        phase = source_status.get("phase") or "Pending"
+        return None, (
+            "ResumeSourceNotReady",
+            f"spec.resumeFrom.trainJob: TrainJob {name!r} has no checkpoint yet "
+            f"(status.checkpoint.latestURI is empty, phase {phase}); this job starts once it "
+            "reports one, or set spec.resumeFrom.checkpoint to a checkpoint's location",
+        )
+    latest = str(latest)
+    storage = trainjob.spec.storage
+    source_storage = (source.get("spec") or {}).get("storage") or {}
+    if storage.s3 is not None and not latest.startswith("s3://"):
+        return None, (
+            "ResumeSourceUnreachable",
+            f"spec.resumeFrom.trainJob: TrainJob {name!r} keeps its checkpoints on a volume "
+            f"({latest}) and this job's storage is s3; use the same storage as {name!r}",
+        )
+    if storage.pvc is not None:
+        claim = (source_storage.get("pvc") or {}).get("claimName")
+        mount = storage.pvc.mount_path.rstrip("/")
+        if claim != storage.pvc.claim_name or not latest.startswith(mount + "/"):
+            where = f"PersistentVolumeClaim {claim!r}" if claim else "s3"
+            return None, (
+                "ResumeSourceUnreachable",
+                f"spec.resumeFrom.trainJob: TrainJob {name!r} keeps its checkpoints in {where} "
+                f"({latest}), which this job's pods do not mount; set spec.storage.pvc to the "
+                "same claimName and mountPath as that job",
+            )
+    return latest, None

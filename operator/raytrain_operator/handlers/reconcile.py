@@ -298,6 +298,7 @@ def _locked_pass(
     highest: int | None = None
     trouble = None
     attempt = 0
+    resume_from: str | None = status.get("resumedFrom") or None
     pods: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
     if not machine.is_terminal(status) and trainjob is not None and spec_problem is None:
@@ -321,6 +322,8 @@ def _locked_pass(
                 pods, events = attempt_evidence(rayjob, raycluster_index, meta, attempt)
         if machine.needs_preflight(status, rayjob) and not older:
             problem = preflight.check(trainjob, meta)
+            if problem is None:
+                resume_from, problem = preflight.resume_source(trainjob, meta, status)
 
     observation = machine.Observation(
         meta=meta,
@@ -336,6 +339,7 @@ def _locked_pass(
         attempt_pods=pods,
         attempt_events=events,
         checkpoint_grace_seconds=CONFIG.checkpoint_grace_seconds,
+        resume_from=resume_from,
     )
     plan = machine.plan(observation)
     wake_key = (meta.namespace, meta.name)

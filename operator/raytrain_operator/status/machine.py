@@ -68,6 +68,8 @@ class EnsureChildren:
 
     attempt: int
     suspend: bool
+    #: The checkpoint spec.resumeFrom resolved to (status.resumedFrom), for the contract.
+    resume_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,8 @@ class Observation:
     #: Events about the attempt's children (a RayCluster's ReplicaFailure among them), or ().
     attempt_events: Sequence[Mapping[str, Any]] = ()
     checkpoint_grace_seconds: float = CHECKPOINT_GRACE_SECONDS
+    #: The checkpoint spec.resumeFrom names (status.resumedFrom once recorded), or None.
+    resume_from: str | None = None
 
 
 @dataclass
@@ -384,9 +388,8 @@ def plan(obs: Observation) -> Plan:
                 b,
                 "DeadlineExceeded",
                 f"the job ran {int(elapsed)} s, more than spec.activeDeadlineSeconds "
-                f"({spec.active_deadline_seconds}); its RayJob was deleted.{why} Raise "
-                "activeDeadlineSeconds and create the job again to continue from the latest "
-                "checkpoint",
+                f"({spec.active_deadline_seconds}); its RayJob was deleted.{why} "
+                f"{how_to_continue(meta.name, st)}, with a larger activeDeadlineSeconds",
             )
         b.due_in(left)
 
@@ -400,7 +403,9 @@ def plan(obs: Observation) -> Plan:
             b.set(c.CREATED, False, reason, "no RayJob is created until the problem is fixed")
             return b.finish(STALLED)
         suspend = spec.suspend or bool(spec.queue_name)
-        b.actions.append(EnsureChildren(attempt, suspend))
+        b.actions.append(EnsureChildren(attempt, suspend, obs.resume_from))
+        if obs.resume_from:
+            b.status["resumedFrom"] = obs.resume_from
         b.set(c.CREATED, True, "RayJobCreated", f"created RayJob {name}")
         if spec.suspend:
             b.set(c.SUSPENDED, True, "Suspended", "spec.suspend is true; no Ray cluster runs")
@@ -839,7 +844,27 @@ def _preempted(b: _Builder, attempt: int, restarts: int, used: int, budget: int,
     return b.finish(PENDING)
 
 
+def how_to_continue(name: str, status: Mapping[str, Any]) -> str:
+    """How a new TrainJob continues the run of a failed one (spec.resumeFrom); no period."""
+    latest = (status.get("checkpoint") or {}).get("latestURI")
+    if latest:
+        return (
+            "To continue from its latest checkpoint, create a TrainJob with "
+            f"spec.resumeFrom.trainJob: {name} (while this one exists) or "
+            f"spec.resumeFrom.checkpoint: {latest}"
+        )
+    started = status.get("resumedFrom")
+    if started:
+        return (
+            "Its run saved no checkpoint of its own: a TrainJob with "
+            f"spec.resumeFrom.checkpoint: {started} starts where this one did"
+        )
+    return "Its run saved no checkpoint: a new TrainJob starts from the beginning"
+
+
 def _fail(b: _Builder, reason: str, message: str) -> Plan:
+    if "spec.resumeFrom" not in message and (b.obs.status.get("checkpoint") or {}).get("latestURI"):
+        message = f"{message.rstrip('.')}. {how_to_continue(b.obs.meta.name, b.obs.status)}"
     b.set(c.FAILED, True, reason, message)
     b.set(c.SUCCEEDED, False, reason, "")
     b.set(c.RUNNING, False, reason, "")
