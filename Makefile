@@ -71,7 +71,7 @@ test: install prereqs lint
 
 # The real-pod fault tests alone (docs/real-node.md); `make test` runs them with the rest.
 test-faults: install prereqs
-	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py
+	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py tests/integration/test_realpods_preemption.py
 
 # The real-pod tests that do not pass yet (docs/real-node.md); not part of `make test`.
 test-pending: install prereqs

@@ -1,6 +1,7 @@
 """Faults on real pods: how long a TrainJob takes to resume and how much work it redoes.
 
-Runs the real-pod fault tests (tests/integration/test_realpods.py, marker ``realpods_faults``)
+Runs the real-pod fault tests (tests/integration/test_realpods.py and the evictions and the
+drain of tests/integration/test_realpods_preemption.py, marker ``realpods_faults``)
 with ``RAYTRAIN_FAULT_RECORD`` set, so that each test appends what it measured, then prints one
 row per fault. It needs what ``make test`` needs (the control plane, the real node, the images:
 ``make prereqs``) and runs the tests inside a network namespace of their own
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         pytest = [
             sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
             "-m", "realpods_faults", "tests/integration/test_realpods.py",
+            "tests/integration/test_realpods_preemption.py",
         ]  # fmt: skip
         if args.k:
             pytest += ["-k", args.k]

@@ -30,6 +30,7 @@ from test_realpods import (
     RealWorld,
     _apply_digits,
     _ray_pods,
+    _record,
     _trainjob,
     _wait_checkpoint,
     _watch_resume,
@@ -68,7 +69,8 @@ def test_an_evicted_worker_drains_and_resumes_in_the_same_cluster(
     _evict(real_world.cluster, namespace, victim)
     assert before < FAULT_EPOCHS - 1, "training ended before the fault: raise FAULT_EPOCHS"
 
-    _, resumed_at = _watch_resume(real_world, namespace, name, faulted_at, TRAIN_TIMEOUT)
+    seconds, resumed_at = _watch_resume(real_world, namespace, name, faulted_at, TRAIN_TIMEOUT)
+    _record("worker pod evicted", before, resumed_at, seconds, new_rayjob=False)
     assert resumed_at >= before + 1, (before, resumed_at)
     done = wait_condition(real_world.cluster, namespace, name, "Succeeded", TRAIN_TIMEOUT)
     status = done["status"]
@@ -85,9 +87,10 @@ def test_an_evicted_head_is_a_preemption_not_a_retry(real_world: RealWorld, name
     faulted_at = time.monotonic()
     _evict(real_world.cluster, namespace, head["metadata"]["name"])
 
-    _, resumed_at = _watch_resume(
+    seconds, resumed_at = _watch_resume(
         real_world, namespace, name, faulted_at, START_TIMEOUT + TRAIN_TIMEOUT
     )
+    _record("head pod evicted", before, resumed_at, seconds, new_rayjob=True)
     assert resumed_at >= before + 1, (before, resumed_at)
     done = wait_condition(real_world.cluster, namespace, name, "Succeeded", TRAIN_TIMEOUT)
     status = done["status"]
@@ -119,9 +122,11 @@ def test_a_drain_takes_one_pod_and_waits(real_world: RealWorld, namespace: str) 
     finally:
         cluster.kubectl("uncordon", NODE, check=False)
 
-    _, resumed_at = _watch_resume(
+    seconds, resumed_at = _watch_resume(
         real_world, namespace, name, faulted_at, START_TIMEOUT + TRAIN_TIMEOUT
     )
+    new_rayjob = _trainjob(real_world, namespace, name)["status"]["rayJobName"] != f"{name}-0"
+    _record("node drained (job's pods)", epoch, resumed_at, seconds, new_rayjob=new_rayjob)
     assert resumed_at >= epoch + 1, (epoch, resumed_at)
     done = wait_condition(cluster, namespace, name, "Succeeded", TRAIN_TIMEOUT)
     assert done["status"].get("restarts", 0) == 0
