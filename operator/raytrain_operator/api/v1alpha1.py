@@ -1500,6 +1500,11 @@ class TrainJobSpec(_Model):
     """Kueue LocalQueue; becomes the `kueue.x-k8s.io/queue-name` label of the RayJob."""
     active_deadline_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     """Wall-clock limit from the first start; past it the job fails with DeadlineExceeded."""
+    pre_running_deadline_seconds: int | None = _new(ge=1, le=MAX_SECONDS)
+    """Limit on the wait for an attempt's cluster to start training (pods pending for GPUs, a
+    head that cannot start, images pulling), from the moment the attempt's RayJob was created
+    or resumed; past it the RayJob is deleted and the job fails with
+    PreRunningDeadlineExceeded. Time queued in Kueue (RayJob suspended) does not count."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     """Seconds after Succeeded/Failed before the children are deleted; the TrainJob stays."""
 
