@@ -1666,6 +1666,10 @@ class GoodputStatus(_Model):
     lost_gpu_seconds: float | None = Field(default=None, alias="lostGPUSeconds")
     """Recomputed seconds times the failed cluster's GPUs, plus the part of each restart gap
     after the next cluster started times its GPUs (between the two clusters no GPU is held)."""
+    as_of: str | None = _new(json_schema_extra={"format": "date-time"})
+    """When the operator computed these numbers. While a cluster runs and nothing else changes,
+    they grow with the clock alone and are rewritten at most every 5 minutes, so a running job's
+    status is not patched on every pass."""
     clusters: list[GoodputCluster] | None = Field(default=None, max_length=64)
     """The ledger every number is computed from, oldest first (at most 32 entries; older
     finished ones are folded into earlier)."""
