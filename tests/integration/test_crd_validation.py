@@ -445,6 +445,11 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
         ["spec.retryPolicy.exitCodes[0].retry", "Required value"],
     ),
     (
+        "pre-running-deadline-zero",
+        [_set("spec.preRunningDeadlineSeconds", 0)],
+        ["spec.preRunningDeadlineSeconds", "greater than or equal to 1"],
+    ),
+    (
         "resume-from-both",
         [_set("spec.resumeFrom", {"trainJob": "digits", "checkpoint": "s3://raytrain/c/x"})],
         ["spec.resumeFrom: set exactly one of resumeFrom.trainJob"],

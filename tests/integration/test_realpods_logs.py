@@ -157,7 +157,9 @@ def test_a_failed_attempt_leaves_its_logs_in_storage(real_world: RealWorld, name
 
 
 @pytest.mark.realnode
-def test_a_finished_runs_metrics_history_is_stored(real_world: RealWorld, namespace: str) -> None:
+def test_a_finished_runs_metrics_history_is_stored_and_a_new_job_continues_it(
+    real_world: RealWorld, namespace: str
+) -> None:
     _apply_digits(real_world, namespace, "history", epochs=3)
     waited = real_world.cluster.kubectl(
         "wait", "trainjob/history", "-n", namespace, "--for=condition=Succeeded",
@@ -172,3 +174,24 @@ def test_a_finished_runs_metrics_history_is_stored(real_world: RealWorld, namesp
     stored = _logs(real_world, namespace, "history", "--attempt", "0")
     assert stored.returncode == 0, stored.stderr
     assert "finished" in stored.stdout
+
+    # A new TrainJob (a new run) that starts from the finished one's latest checkpoint.
+    latest = _trainjob(real_world, namespace, "history")["status"]["checkpoint"]["latestURI"]
+    _apply_digits(real_world, namespace, "more", epochs=5, resumeFrom={"trainJob": "history"})
+    waited = real_world.cluster.kubectl(
+        "wait", "trainjob/more", "-n", namespace, "--for=condition=Succeeded",
+        f"--timeout={START_TIMEOUT + TRAIN_TIMEOUT}s", check=False,
+        timeout=START_TIMEOUT + TRAIN_TIMEOUT + 60,
+    )  # fmt: skip
+    more = _trainjob(real_world, namespace, "more")
+    assert waited.returncode == 0, (waited.stderr, json.dumps(more.get("status"), indent=1))
+    assert more["status"]["resumedFrom"] == latest
+    assert (
+        more["status"]["runName"]
+        != _trainjob(real_world, namespace, "history")["status"]["runName"]
+    )
+    continued = _logs(real_world, namespace, "more", "--metrics")
+    assert continued.returncode == 0, continued.stderr
+    assert [json.loads(x)["epoch"] for x in continued.stdout.splitlines()] == [3, 4]
+    driver = _logs(real_world, namespace, "more", "--attempt", "0")
+    assert f"the run starts from {latest} (spec.resumeFrom)" in driver.stdout, driver.stdout

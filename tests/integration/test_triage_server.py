@@ -109,3 +109,22 @@ def test_a_user_exception_fails_without_spending_the_backoff_limit(
     assert names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [
         f"{name}-0"
     ]
+
+
+def test_workers_that_never_start_hit_the_pre_running_deadline(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    ns, name = namespace, "stuck"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    scaling = {"numWorkers": 2, "resourcesPerWorker": {"cpu": "1", "memory": "1Ti"}}
+    create(kube_cluster, ns, trainjob(name, scaling=scaling, preRunningDeadlineSeconds=30))
+    wait_for(lambda: _unschedulable_pod(kube_cluster, ns, name), T_KUBERAY, "a Pending worker")
+    failed = wait_condition(kube_cluster, ns, name, "Failed", timeout=T_KUBERAY)
+    assert failed["reason"] == "PreRunningDeadlineExceeded", failed
+    assert "spec.preRunningDeadlineSeconds (30)" in failed["message"]
+    assert "Insufficient memory" in failed["message"], failed["message"]
+    wait_for(
+        lambda: names(kube_cluster, ns, "rayjobs.ray.io", f"raytrain.dev/trainjob={name}") == [],
+        T_CREATE,
+        "the stuck attempt's RayJob deleted",
+    )

@@ -20,6 +20,13 @@ T0 = datetime(2026, 11, 22, 8, 0, 0, tzinfo=timezone.utc)
 LOST = pod(phase="Failed", reason="NodeLost", message="Node node-a is unresponsive")
 
 
+@pytest.fixture(autouse=True)
+def every_pass_writes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The accounting tests look at every pass: no refresh interval, unless a test is about it."""
+    if "refresh" not in request.node.name:
+        monkeypatch.setattr(g, "REFRESH_SECONDS", 0.0)
+
+
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
@@ -133,6 +140,7 @@ def test_a_failed_attempt_and_its_resume() -> None:
     assert p.phase == "Succeeded"
     got = {k: v for k, v in j.goodput.items() if k not in ("clusters", "earlier")}
     assert got == {
+        "asOf": ts(410),
         "allocatedSeconds": 360.0,  # 0 -> 175 and 220 -> 405
         "productiveSeconds": 160.0,  # 60 -> 100 kept of attempt 0, 280 -> 400 of attempt 1
         "lostSeconds": 175.0,
@@ -250,3 +258,24 @@ def test_a_long_ledger_is_folded_without_changing_the_totals(count: int) -> None
     assert folded["lostToRestartSeconds"] == whole.lost_restart
     assert folded["lostToRecomputeSeconds"] == whole.lost_recompute
     assert folded["lostGPUSeconds"] == whole.lost_gpu
+
+
+def test_a_running_job_is_refreshed_only_every_few_minutes_when_only_the_clock_moves() -> None:
+    j = Job(job())
+    j.cluster(0, start=0)
+    j.report(0, when=5)
+    writes = []
+    previous = None
+    for t in range(10, 610, 10):  # a pass every 10 s for 10 minutes, no new report
+        j.tick(t)
+        if j.goodput != previous:
+            writes.append(t)
+        previous = j.goodput
+    assert writes == [10, 310], writes  # was one per pass (60)
+    assert j.goodput["asOf"] == ts(310) and j.goodput["allocatedSeconds"] == 310.0
+
+    # Anything but the clock (a new report, the end) is written at once.
+    j.report(0, when=612)
+    j.tick(615)
+    assert j.goodput["asOf"] == ts(615)
+    assert j.goodput["clusters"][0]["lastReport"] == ts(612)

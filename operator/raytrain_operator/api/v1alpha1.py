@@ -1526,6 +1526,11 @@ class TrainJobSpec(_Model):
     """Kueue LocalQueue; becomes the `kueue.x-k8s.io/queue-name` label of the RayJob."""
     active_deadline_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     """Wall-clock limit from the first start; past it the job fails with DeadlineExceeded."""
+    pre_running_deadline_seconds: int | None = _new(ge=1, le=MAX_SECONDS)
+    """Limit on the wait for an attempt's cluster to start training (pods pending for GPUs, a
+    head that cannot start, images pulling), from the moment the attempt's RayJob was created
+    or resumed; past it the RayJob is deleted and the job fails with
+    PreRunningDeadlineExceeded. Time queued in Kueue (RayJob suspended) does not count."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     """Seconds after Succeeded/Failed before the children are deleted; the TrainJob stays."""
 
@@ -1687,6 +1692,10 @@ class GoodputStatus(_Model):
     lost_gpu_seconds: float | None = Field(default=None, alias="lostGPUSeconds")
     """Recomputed seconds times the failed cluster's GPUs, plus the part of each restart gap
     after the next cluster started times its GPUs (between the two clusters no GPU is held)."""
+    as_of: str | None = _new(json_schema_extra={"format": "date-time"})
+    """When the operator computed these numbers. While a cluster runs and nothing else changes,
+    they grow with the clock alone and are rewritten at most every 5 minutes, so a running job's
+    status is not patched on every pass."""
     clusters: list[GoodputCluster] | None = Field(default=None, max_length=64)
     """The ledger every number is computed from, oldest first (at most 32 entries; older
     finished ones are folded into earlier)."""

@@ -69,7 +69,13 @@ RAY_CLUSTER_LABEL = "ray.io/cluster"
 #: not part of what the RayJob, its pods or the contract are built from). Every other field is
 #: built into the attempt and waits for the next one (docs/operator.md, "Spec changes").
 IMMEDIATE_FIELDS = frozenset(
-    {"suspend", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"}
+    {
+        "suspend",
+        "backoffLimit",
+        "activeDeadlineSeconds",
+        "preRunningDeadlineSeconds",
+        "ttlSecondsAfterFinished",
+    }
 )
 
 

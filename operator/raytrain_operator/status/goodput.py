@@ -37,6 +37,9 @@ RUNNING, SUCCEEDED, RETRIED, FAILED, SUSPENDED = (
 )
 #: Ledger entries kept; older ones are folded into status.goodput.earlier.
 MAX_CLUSTERS = 32
+#: While only the clock moves the numbers (a running cluster's end, a restart gap), they are
+#: rewritten at most this often: each rewrite is a status patch of every running job.
+REFRESH_SECONDS = 300.0
 KINDS = ("allocated", "productive", "lost")
 
 
@@ -284,7 +287,7 @@ def account(
     if not ledger and not earlier:
         return {}
     t = totals(ledger, now, active, earlier)
-    out = {
+    out: dict[str, Any] = {
         "allocatedSeconds": _round(t.allocated),
         "productiveSeconds": _round(t.productive),
         "lostSeconds": _round(t.lost),
@@ -298,4 +301,28 @@ def account(
     }
     # None removes a number the status holds (the patch merges); one it never held is left out,
     # so a pass that changes nothing writes nothing.
-    return {k: v for k, v in out.items() if v is not None or k in before}
+    out = {k: v for k, v in out.items() if v is not None or k in before}
+    if before and {k: v for k, v in before.items() if k != "asOf"} == out:
+        return dict(before)
+    if before and _clock_only(before, out):
+        as_of = _t(before.get("asOf"))
+        if as_of is not None and 0 <= (now - as_of).total_seconds() < REFRESH_SECONDS:
+            return dict(before)
+    out["asOf"] = rfc3339(now)
+    return out
+
+
+def _clock_only(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether two accounts differ only in what time alone moves: the end of a running
+    cluster's entry and the totals computed from it (a restart gap grows the same way)."""
+
+    def events(account: Mapping[str, Any]) -> tuple[list[dict[str, Any]], Any]:
+        clusters = []
+        for entry in account.get("clusters") or []:
+            entry = dict(entry)
+            if entry.get("outcome") == RUNNING:
+                entry.pop("end", None)
+            clusters.append(entry)
+        return clusters, account.get("earlier")
+
+    return events(before) == events(after)

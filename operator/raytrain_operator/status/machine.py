@@ -504,6 +504,14 @@ def plan(obs: Observation) -> Plan:
             detail += f", progress {progress}%"
         b.set(c.RUNNING, True, "RayJobRunning", f"RayJob {name} is Running ({detail})")
         return b.finish(RUNNING)
+    if spec.pre_running_deadline_seconds:
+        waited = _waiting_since(st, rj_meta)
+        if waited is not None:
+            elapsed = (obs.now - waited).total_seconds()
+            left = spec.pre_running_deadline_seconds - elapsed
+            if left <= 0:
+                return _pre_running_deadline(b, tj, name, attempt, deployment, int(elapsed))
+            b.due_in(left)
     if deployment == "Running":
         msg = (
             f"RayJob {name} submitted the Ray job; waiting for the trainer runtime of attempt "
@@ -532,6 +540,41 @@ def plan(obs: Observation) -> Plan:
         message = f"{message}. {problem}"
     b.set(c.RECONCILING, True, reason, message)
     return b.finish(PENDING)
+
+
+def _waiting_since(status: Mapping[str, Any], rj_meta: Mapping[str, Any]) -> datetime | None:
+    """Since when the current attempt's cluster has been asked for: its RayJob's creation, or
+    the latest resume (Suspended turning False) when that came later."""
+    created = parse_rfc3339(rj_meta.get("creationTimestamp"))
+    suspended = c.find(status.get("conditions"), c.SUSPENDED)
+    resumed = None
+    if suspended is not None and suspended.get("status") == "False":
+        resumed = parse_rfc3339(suspended.get("lastTransitionTime"))
+    found = [t for t in (created, resumed) if t is not None]
+    return max(found) if found else None
+
+
+def _pre_running_deadline(
+    b: _Builder, tj: TrainJob, name: str, attempt: int, deployment: str, elapsed: int
+) -> Plan:
+    """The attempt's cluster did not start training in time: delete it (its pods hold or wait
+    for GPUs) and fail the job, saying what it was waiting for."""
+    b.actions.append(DeleteRayJob(name))
+    workers = b.status.get("workers") or {}
+    waiting = (
+        f"RayJob {name} was {deployment or 'New'} with workers ready "
+        f"{workers.get('ready', 0)}/{workers.get('desired', '?')}"
+    )
+    if b.obs.cluster_problem is not None:
+        waiting += f"; {b.obs.cluster_problem[1]}"
+    return _fail(
+        b,
+        "PreRunningDeadlineExceeded",
+        f"attempt {attempt} waited {elapsed} s for its Ray cluster to start training, more than "
+        f"spec.preRunningDeadlineSeconds ({tj.spec.pre_running_deadline_seconds}): {waiting}. "
+        "Its RayJob was deleted. Free or add the resources it waits for, or raise "
+        "preRunningDeadlineSeconds",
+    )
 
 
 def _pending_change(
