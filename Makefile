@@ -69,7 +69,9 @@ lint: install
 test: install prereqs lint
 	$(NETNS) $(PYTHON) -m pytest $(PYTEST_ARGS)
 
-# The real-pod fault tests alone (docs/real-node.md); `make test` runs them with the rest.
+# The real-pod fault tests alone (docs/real-node.md): `make test` runs those of
+# test_realpods.py with the rest; the evictions and the drain of test_realpods_preemption.py
+# (marker realpods_preemption) run only here.
 test-faults: install prereqs
 	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py tests/integration/test_realpods_preemption.py
 
