@@ -20,12 +20,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from trainer_runtime.storage import StorageTarget, resolve_uri
+from trainer_runtime.storage import CHECKPOINT_PREFIX, StorageTarget, resolve_uri
 
 log = logging.getLogger("trainer_runtime")
-
-#: Ray Train's checkpoint directories inside a run's directory start with this.
-CHECKPOINT_PREFIX = "checkpoint_"
 
 
 class ResumeSourceError(ValueError):

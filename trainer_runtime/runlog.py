@@ -124,7 +124,9 @@ def _one(_: str) -> int:
 
 
 def _is_checkpoint_dir(path: str) -> bool:
-    return any(part.startswith("checkpoint_") for part in path.split("/"))
+    from trainer_runtime.storage import CHECKPOINT_PREFIX
+
+    return any(part.startswith(CHECKPOINT_PREFIX) for part in path.split("/"))
 
 
 class RunLog:

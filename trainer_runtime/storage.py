@@ -28,6 +28,10 @@ class StorageTarget:
         return f"{self.scheme}://{fs_path}" if self.scheme else fs_path
 
 
+#: Ray Train's checkpoint directories inside a run's directory start with this.
+CHECKPOINT_PREFIX = "checkpoint_"
+
+
 def s3_filesystem(endpoint: str | None, region: str | None) -> pafs.S3FileSystem:
     kwargs: dict[str, object] = {}
     endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL") or None

@@ -529,17 +529,22 @@ def plan(obs: Observation) -> Plan:
         "Suspending": "Resuming",
         "Suspended": "Resuming",
     }.get(deployment, "Initializing")
-    workers = b.status.get("workers") or {}
     b.set(c.RUNNING, False, reason, "")
-    message = (
-        f"RayJob {name} is {deployment or 'New'}; workers ready "
-        f"{workers.get('ready', 0)}/{workers.get('desired', '?')}"
-    )
+    message = _cluster_state(b, name, deployment, "is")
     if obs.cluster_problem is not None:
         reason, problem = obs.cluster_problem
         message = f"{message}. {problem}"
     b.set(c.RECONCILING, True, reason, message)
     return b.finish(PENDING)
+
+
+def _cluster_state(b: _Builder, name: str, deployment: str, verb: str) -> str:
+    """'RayJob NAME is|was DEPLOYMENT; workers ready R/D' from this pass's status.workers."""
+    workers = b.status.get("workers") or {}
+    return (
+        f"RayJob {name} {verb} {deployment or 'New'}; workers ready "
+        f"{workers.get('ready', 0)}/{workers.get('desired', '?')}"
+    )
 
 
 def _waiting_since(status: Mapping[str, Any], rj_meta: Mapping[str, Any]) -> datetime | None:
@@ -560,11 +565,7 @@ def _pre_running_deadline(
     """The attempt's cluster did not start training in time: delete it (its pods hold or wait
     for GPUs) and fail the job, saying what it was waiting for."""
     b.actions.append(DeleteRayJob(name))
-    workers = b.status.get("workers") or {}
-    waiting = (
-        f"RayJob {name} was {deployment or 'New'} with workers ready "
-        f"{workers.get('ready', 0)}/{workers.get('desired', '?')}"
-    )
+    waiting = _cluster_state(b, name, deployment, "was")
     if b.obs.cluster_problem is not None:
         waiting += f"; {b.obs.cluster_problem[1]}"
     return _fail(
