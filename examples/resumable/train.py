@@ -7,11 +7,20 @@ the epoch's order, skips the batches already trained (by index: nothing is loade
 away) and goes on from there. A run stopped or killed in the middle of a long epoch loses at most
 ``checkpoint_every`` steps, not the epoch.
 
+When a node of the run is about to go (Kubernetes evicts a worker pod, a node is drained: the
+pod's preStop hook drains its Ray node, see trainer_runtime/drain.py), Ray Train tells every
+rank through ``ray.train.get_preemption_info()``. The loop asks after every step (every
+``preemption_check_every`` steps; 0 never asks) and, the first time the answer is not None,
+reports a checkpoint at once, marked ``preempted: 1``, and trains on: Ray Train restarts the
+worker group from the latest checkpoint when the node's deadline passes, so the steps between
+the notice and the deadline are the only ones redone.
+
 Digits from scikit-learn (nothing is downloaded). Config keys: ``epochs``, ``lr``,
 ``batch_size``, ``hidden``, ``seed``, ``checkpoint_every`` (steps between checkpoints; the end of
-every epoch is one too) and ``stop_at_step`` (return after that step's checkpoint: a run that
-stopped mid-epoch). Every report carries ``start_epoch`` and ``start_batch``: where this run
-began.
+every epoch is one too), ``preemption_check_every``, ``step_seconds`` (a pause after each step,
+standing in for a heavier model) and ``stop_at_step`` (return after that step's checkpoint: a
+run that stopped mid-epoch). Every report carries ``start_epoch`` and ``start_batch``: where
+this run began.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,6 +97,10 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     seed = int(config.get("seed", 0))
     every = int(config.get("checkpoint_every", 10))
     stop_at = config.get("stop_at_step")
+    # get_preemption_info() is a barrier across the ranks: every rank asks after the same steps.
+    check_every = int(config.get("preemption_check_every", 1))
+    step_seconds = float(config.get("step_seconds", 0))
+    noticed = False
     torch.manual_seed(seed)
     torch.set_num_threads(1)
 
@@ -122,7 +136,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             optimizer.step()
             step += 1
             done = batch + 1
-            if step % every and done < per_epoch:
+            if step_seconds:
+                time.sleep(step_seconds)
+            preempted = False
+            if check_every and not noticed and step % check_every == 0:
+                preempted = noticed = ray.train.get_preemption_info() is not None
+            if step % every and done < per_epoch and not preempted:
                 continue
             metrics: dict[str, Any] = {
                 "epoch": epoch,
@@ -132,6 +151,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 "start_epoch": start_epoch,
                 "start_batch": start_batch,
             }
+            if preempted:
+                metrics["preempted"] = 1
             if done == per_epoch:
                 metrics["accuracy"] = _accuracy(model, test_set)
             _report(metrics, model, optimizer, rank)
