@@ -27,6 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "raytrain-operator"
 FULL_VALUES = CHART / "ci" / "full-values.yaml"
 CRD_FILE = ROOT / "crds" / "trainjobs.raytrain.dev.yaml"
+PEERING_CRDS = CHART / "crds" / "kopf-peering.yaml"
 FINALIZER = "kopf.raytrain.dev/finalizer"
 
 
@@ -84,8 +85,21 @@ def check_every_object_accepted(out: str, docs: list[dict[str, Any]]) -> None:
         assert all("(server dry run)" in line for line in lines), out
 
 
+def ensure_peering_crds(kube_cluster: Any) -> None:
+    """What `helm install` does with the chart's crds/ before it sends any template: the
+    peering objects can be checked only once their kinds exist."""
+    kube_cluster.kubectl(
+        "apply", "--server-side", "--field-manager=raytrain-chart-test", "--force-conflicts",
+        "-f", str(PEERING_CRDS),
+    )  # fmt: skip
+    for name in ("kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"):
+        kube_cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+
+
 def test_default_values_pass_a_server_dry_run(kube_cluster: Any, namespace: str, helm: str) -> None:
+    ensure_peering_crds(kube_cluster)
     docs = render(helm, namespace)
+    assert any(d["kind"] == "ClusterKopfPeering" for d in docs)
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "ClusterRole", "CustomResourceDefinition", "Job"} <= kinds
     check_every_object_accepted(server_dry_run(kube_cluster, docs), docs)
@@ -94,12 +108,14 @@ def test_default_values_pass_a_server_dry_run(kube_cluster: Any, namespace: str,
 def test_full_values_pass_a_server_dry_run(kube_cluster: Any, namespace: str, helm: str) -> None:
     # The full values watch team-a and team-b; here they watch the test's namespace instead, so
     # the namespaced Roles have somewhere to go.
+    ensure_peering_crds(kube_cluster)
     docs = render(
         helm, namespace, "-f", str(FULL_VALUES), "--set", f"watchNamespaces={{{namespace}}}"
     )
     assert any(d["kind"] == "ServiceMonitor" for d in docs)
     docs = [d for d in docs if d["kind"] != "ServiceMonitor"]
     assert any(d["kind"] == "Role" and d["metadata"]["namespace"] == namespace for d in docs)
+    assert any(d["kind"] == "KopfPeering" and d["metadata"]["namespace"] == namespace for d in docs)
     check_every_object_accepted(server_dry_run(kube_cluster, docs), docs)
 
 
@@ -107,6 +123,7 @@ def test_every_granted_resource_exists_on_the_server(kube_cluster: Any, helm: st
     """A typo in a rule grants nothing and fails only at run time: every rule must name a real
     (group, resource). KubeRay's CRDs are installed on the test cluster."""
     ensure_crd(kube_cluster)
+    ensure_peering_crds(kube_cluster)
     proc = kube_cluster.kubectl("api-resources", "-o", "name")
     # `kubectl api-resources -o name` prints `<resource>.<group>`, or `<resource>` for core.
     served = {

@@ -35,9 +35,15 @@ class Operator:
     """`python -m raytrain_operator --namespace <ns>` as a child process."""
 
     def __init__(
-        self, cluster: KubeCluster, namespace: str, log: Path, resync_seconds: float = 2
+        self,
+        cluster: KubeCluster,
+        namespace: str,
+        log: Path,
+        resync_seconds: float = 2,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.cluster, self.namespace, self.log = cluster, namespace, log
+        self.extra_args = extra_args
         self.resync_seconds = resync_seconds
         self.proc: subprocess.Popen[bytes] | None = None
         self.health_port = 0
@@ -57,6 +63,7 @@ class Operator:
                     "--metrics-port", str(self.metrics_port),
                     "--resync-seconds", str(self.resync_seconds),
                     "--checkpoint-grace-seconds", "20",
+                    *self.extra_args,
                 ],
                 env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
             )  # fmt: skip

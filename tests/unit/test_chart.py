@@ -29,7 +29,7 @@ NAMESPACE = "raytrain-system"
 
 OPERATOR_DOC = ROOT / "docs" / "operator.md"
 # Cluster-scoped resources; everything else in the table is granted per namespace.
-CLUSTER_SCOPED = {"namespaces", "customresourcedefinitions"}
+CLUSTER_SCOPED = {"namespaces", "customresourcedefinitions", "clusterkopfpeerings"}
 
 
 def documented_rbac() -> dict[tuple[str, str], set[str]]:
@@ -87,6 +87,11 @@ def kinds(docs: list[dict[str, Any]]) -> list[str]:
     return sorted(d["kind"] for d in docs)
 
 
+def trainjob_crd(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (crd,) = [d for d in docs if d["metadata"]["name"] == "trainjobs.raytrain.dev"]
+    return crd
+
+
 def one(docs: list[dict[str, Any]], kind: str, hook: bool = False) -> dict[str, Any]:
     found = [d for d in docs if d["kind"] == kind and is_hook(d) == hook]
     assert len(found) == 1, f"expected one {kind} (hook={hook}), got {len(found)}"
@@ -137,9 +142,12 @@ def test_lint_is_clean(helm: str, values: pathlib.Path | None) -> None:
 
 def test_default_renders_the_expected_objects(default: list[dict[str, Any]]) -> None:
     assert kinds([d for d in default if not is_hook(d)]) == [
+        "ClusterKopfPeering",
         "ClusterRole",
         "ClusterRoleBinding",
-        "CustomResourceDefinition",
+        "CustomResourceDefinition",  # TrainJob
+        "CustomResourceDefinition",  # ClusterKopfPeering (crds/)
+        "CustomResourceDefinition",  # KopfPeering (crds/)
         "Deployment",
         "Service",
         "ServiceAccount",
@@ -148,7 +156,7 @@ def test_default_renders_the_expected_objects(default: list[dict[str, Any]]) -> 
     ]
 
 
-def test_deployment_runs_one_standalone_replica(default: list[dict[str, Any]]) -> None:
+def test_deployment_runs_one_replica_that_peers(default: list[dict[str, Any]]) -> None:
     deploy = one(default, "Deployment")
     assert deploy["metadata"]["namespace"] == NAMESPACE
     assert deploy["spec"]["replicas"] == 1
@@ -156,7 +164,13 @@ def test_deployment_runs_one_standalone_replica(default: list[dict[str, Any]]) -
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "raytrain/operator:0.1.0"  # the chart's appVersion
-    assert container["args"] == ["--metrics-port=8080", "--health-port=8081", "--log-format=full"]
+    assert container["args"] == [
+        "--metrics-port=8080",
+        "--health-port=8081",
+        "--log-format=full",
+        "--peering-mode=required",
+        "--peering-name=raytrain-operator",
+    ]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
         "metrics": 8080,
         "health": 8081,
@@ -202,7 +216,7 @@ def test_metrics_service_selects_the_operator_pod(default: list[dict[str, Any]])
 
 
 def test_chart_crd_is_the_generated_crd(default: list[dict[str, Any]]) -> None:
-    crd = one(default, "CustomResourceDefinition")
+    crd = trainjob_crd(default)
     assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
     assert crd["spec"] == crdgen.crd()["spec"]
     template = (CHART / "templates" / "crds.yaml").read_text()
@@ -213,8 +227,10 @@ def test_chart_crd_is_the_generated_crd(default: list[dict[str, Any]]) -> None:
 
 
 def test_crd_toggles(helm: str) -> None:
-    assert "CustomResourceDefinition" not in kinds(render(helm, "--set", "crds.install=false"))
-    crd = one(render(helm, "--set", "crds.keep=false"), "CustomResourceDefinition")
+    # Only the TrainJob CRD is a template; helm applies crds/ (kopf's peering) as they are.
+    without = render(helm, "--set", "crds.install=false")
+    assert [d for d in without if d["metadata"]["name"] == "trainjobs.raytrain.dev"] == []
+    crd = trainjob_crd(render(helm, "--set", "crds.keep=false"))
     assert "helm.sh/resource-policy" not in (crd["metadata"].get("annotations") or {})
 
 
@@ -268,6 +284,8 @@ def test_full_values_reach_the_pod(full: list[dict[str, Any]]) -> None:
         "--metrics-port=9090",
         "--health-port=9091",
         "--log-format=json",
+        "--peering-mode=required",
+        "--peering-name=raytrain-operator",
         "--namespace=team-a",
         "--namespace=team-b",
         "--verbose",
@@ -284,7 +302,7 @@ def test_full_values_reach_the_pod(full: list[dict[str, Any]]) -> None:
     assert "nodeAffinity" in pod["affinity"]
     assert pod["priorityClassName"] == "ml-platform-critical"
     assert pod["securityContext"]["runAsUser"] == 20000
-    assert "CustomResourceDefinition" not in kinds(full)
+    assert [d for d in full if d["metadata"]["name"] == "trainjobs.raytrain.dev"] == []
 
 
 def test_namespaced_install_has_roles_per_namespace(full: list[dict[str, Any]]) -> None:
@@ -384,7 +402,8 @@ def test_uninstall_hook_can_be_turned_off(helm: str) -> None:
 @pytest.mark.parametrize(
     ("flag", "complaint"),
     [
-        ("replicaCount=2", "/replicaCount"),
+        ("replicaCount=0", "/replicaCount"),
+        ("peering.name=Raytrain", "/peering/name"),
         ("verbose=yes", "/verbose"),
         ("logFormat=xml", "/logFormat"),
         ("metrics.port=0", "/metrics/port"),
@@ -499,7 +518,7 @@ def test_runtime_status_policy_guards_every_operator_owned_field(
     """A status field added to the CRD is the operator's unless listed here: the policy must
     guard it, or a per-job account could write it."""
     policy = one(default, "ValidatingAdmissionPolicy")
-    crd = one(default, "CustomResourceDefinition")
+    crd = trainjob_crd(default)
     status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
     guarded = set()
     for validation in policy["spec"]["validations"]:
@@ -563,3 +582,47 @@ def test_multi_tenant_profile_forbids_both_overrides(
     assert not config.allow_service_account_name
     assert not config.allow_env_from
     assert one(docs, "ValidatingAdmissionPolicy")
+
+
+# ------------------------------------------------------------------------------- peering
+
+
+def test_peering_object_matches_the_scope(
+    default: list[dict[str, Any]], full: list[dict[str, Any]]
+) -> None:
+    """Cluster-wide: one ClusterKopfPeering; namespaced: a KopfPeering in each watched
+    namespace. kopf finds it by the name the Deployment passes."""
+    peering = one(default, "ClusterKopfPeering")
+    assert peering["metadata"]["name"] == "raytrain-operator"
+    assert "KopfPeering" not in kinds(default)
+    names = {d["metadata"]["name"]: d for d in default if d["kind"] == "CustomResourceDefinition"}
+    for crd_name, scope in [
+        ("clusterkopfpeerings.kopf.dev", "Cluster"),
+        ("kopfpeerings.kopf.dev", "Namespaced"),
+    ]:
+        spec = names[crd_name]["spec"]
+        assert spec["group"] == "kopf.dev" and spec["scope"] == scope
+        (version,) = spec["versions"]
+        assert version["name"] == "v1" and "subresources" not in version  # kopf patches status
+    per_ns = [d for d in full if d["kind"] == "KopfPeering"]
+    assert sorted(d["metadata"]["namespace"] for d in per_ns) == ["team-a", "team-b"]
+    assert {d["metadata"]["name"] for d in per_ns} == {"raytrain-operator"}
+    assert "ClusterKopfPeering" not in kinds(full)
+    env = one(default, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in env
+
+
+def test_peering_off_runs_standalone_with_one_replica(helm: str) -> None:
+    docs = render(helm, "--set", "peering.enabled=false")
+    assert not {"ClusterKopfPeering", "KopfPeering"} & set(kinds(docs))
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--peering-mode=off" in args
+    groups = {g for rule in one(docs, "ClusterRole")["rules"] for g in rule["apiGroups"]}
+    assert "kopf.dev" not in groups
+    proc = run_helm(
+        helm, "template", "rt", str(CHART), "--set", "peering.enabled=false",
+        "--set", "replicaCount=2", check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "replicaCount" in proc.stderr, proc.stderr
+    two = one(render(helm, "--set", "replicaCount=2"), "Deployment")
+    assert two["spec"]["replicas"] == 2

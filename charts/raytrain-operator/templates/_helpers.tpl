@@ -90,6 +90,11 @@ must hold those verbs itself (Kubernetes refuses to let a subject grant what it 
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- if .Values.peering.enabled }}
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
 {{- end -}}
 
 {{/* Rules on cluster-scoped objects: kopf lists namespaces and scans CRDs. */}}
@@ -100,6 +105,11 @@ must hold those verbs itself (Kubernetes refuses to let a subject grant what it 
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+{{- if .Values.peering.enabled }}
+- apiGroups: ["kopf.dev"]
+  resources: ["clusterkopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
 {{- end -}}
 
 {{/* Rules of the pre-delete hook: find TrainJobs, strip the finalizer or delete them. */}}
