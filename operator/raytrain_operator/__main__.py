@@ -16,10 +16,19 @@ import importlib
 import sys
 import time
 
-import kopf
+# The operator reaches the API server through raytrain_operator.k8s (the standard library's
+# HTTP client) and kopf's own client. kopf imports the `kubernetes` package only to recognise
+# its model objects, which this operator never hands it, and that import alone loads ~800
+# generated classes (~50 MiB). Marked missing before kopf is imported, `import kubernetes`
+# fails in this process and kopf does without it (its own kubeconfig and service-account
+# logins serve it). The CLI, the SDK and the uninstall hook run in other processes and keep
+# the client.
+sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
 
-from raytrain_operator import metrics
-from raytrain_operator.settings import CONFIG, PEERING_MODES
+import kopf  # noqa: E402
+
+from raytrain_operator import metrics  # noqa: E402
+from raytrain_operator.settings import CONFIG, PEERING_MODES  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

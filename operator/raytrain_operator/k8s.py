@@ -4,52 +4,226 @@ Every write names our field manager (`raytrain-operator`), so an object's manage
 what the operator owns. All calls go through `call`, which counts failures by verb and resource
 for the metrics; 404 on read/delete and 409 on create are answers, not errors. Secret values
 are never logged: the only thing read from a Secret is the list of its keys.
+
+The requests go over the standard library's HTTP client, one kept-alive connection per thread,
+with the credentials kopf uses (the pod's service account, else the kubeconfig's current
+context). The operator process never imports the `kubernetes` package: its ~800 generated
+model classes would cost more memory than everything else the operator holds (see
+benchmarks/RESULTS.md, "Operator at scale"). At DEBUG each request is logged by method, path and
+status; no body is ever logged.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import http.client
 import json
+import logging
+import os
+import ssl
+import tempfile
+import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import quote, urlencode, urlsplit
 
-import kubernetes
-from kubernetes.client.exceptions import ApiException
+import kopf
 
 from raytrain_operator import metrics
 from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 
 T = TypeVar("T")
+log = logging.getLogger("raytrain_operator.k8s")
 RAY_GROUP, RAY_VERSION, RAYJOBS = "ray.io", "v1", "rayjobs"
 RAYCLUSTERS = "rayclusters"
 #: Our name in every object's managedFields: server-side apply tracks what we own under it.
 FIELD_MANAGER = "raytrain-operator"
 APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+TIMEOUT_SECONDS = 30.0
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: How long a token read from the service account's file is used before it is read again:
+#: the kubelet rotates projected tokens in that file.
+TOKEN_REREAD_SECONDS = 60.0
+
+
+class ApiException(Exception):
+    """An error status from the API server: `status` (HTTP code), `reason`, `body` (its Status
+    object as text; never a Secret's content, which no error carries)."""
+
+    def __init__(self, status: int, reason: str = "", body: str = "") -> None:
+        super().__init__(f"({status}) {reason}")
+        self.status, self.reason, self.body = status, reason, body
+
+
+@dataclass
+class Endpoint:
+    """Where the API server is and how to authenticate to it."""
+
+    server: str
+    context: ssl.SSLContext | None = None
+    token: str | None = None
+    token_file: str | None = None
+    basic: str | None = None
+    _read_at: float = field(default=0.0, repr=False)
+
+    def authorization(self) -> str | None:
+        if self.token_file is not None and time.monotonic() - self._read_at > TOKEN_REREAD_SECONDS:
+            with open(self.token_file, encoding="utf-8") as f:
+                self.token = f.read().strip()
+            self._read_at = time.monotonic()
+        if self.token:
+            return f"Bearer {self.token}"
+        return self.basic
+
+
+def _data_file(data: str | bytes, suffix: str) -> str:
+    """A base64 value of a kubeconfig (`*-data`) as a private temporary file (ssl loads files)."""
+    raw = base64.b64decode(data)
+    fd, path = tempfile.mkstemp(prefix="raytrain-", suffix=suffix)
+    with os.fdopen(fd, "wb") as f:
+        f.write(raw)
+    return path
+
+
+def endpoint_from(info: Any, token_file: str | None = None) -> Endpoint:
+    """An Endpoint from a kopf ConnectionInfo (kopf.login_with_kubeconfig and friends)."""
+    context: ssl.SSLContext | None = None
+    if urlsplit(info.server).scheme == "https":
+        context = ssl.create_default_context()
+        if info.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        elif info.ca_data:
+            context.load_verify_locations(cadata=base64.b64decode(info.ca_data).decode())
+        elif info.ca_path:
+            context.load_verify_locations(cafile=os.fsdecode(info.ca_path))
+        cert = info.certificate_path or (
+            _data_file(info.certificate_data, ".crt") if info.certificate_data else None
+        )
+        key = info.private_key_path or (
+            _data_file(info.private_key_data, ".key") if info.private_key_data else None
+        )
+        if cert:
+            context.load_cert_chain(os.fsdecode(cert), os.fsdecode(key) if key else None)
+    basic = None
+    if info.username and info.password:
+        pair = f"{info.username}:{info.password}".encode()
+        basic = "Basic " + base64.b64encode(pair).decode()
+    return Endpoint(
+        server=info.server.rstrip("/"),
+        context=context,
+        token=info.token,
+        token_file=token_file,
+        basic=basic,
+    )
+
+
+def in_cluster_info() -> kopf.ConnectionInfo | None:
+    """The pod's service account, with the API server's address from the environment the kubelet
+    sets (as the client libraries do; the DNS name kopf's own helper uses needs cluster DNS)."""
+    host, port = (
+        os.environ.get("KUBERNETES_SERVICE_HOST"),
+        os.environ.get("KUBERNETES_SERVICE_PORT"),
+    )
+    token_path = os.path.join(SERVICE_ACCOUNT_DIR, "token")
+    if not host or not port or not os.path.exists(token_path):
+        return None
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    with open(token_path, encoding="utf-8") as f:
+        token = f.read().strip()
+    ns_path = os.path.join(SERVICE_ACCOUNT_DIR, "namespace")
+    namespace = None
+    if os.path.exists(ns_path):
+        with open(ns_path, encoding="utf-8") as f:
+            namespace = f.read().strip() or None
+    ca_path = os.path.join(SERVICE_ACCOUNT_DIR, "ca.crt")
+    return kopf.ConnectionInfo(
+        server=f"https://{host}:{port}",
+        ca_path=ca_path if os.path.exists(ca_path) else None,
+        token=token,
+        default_namespace=namespace,
+    )
 
 
 @functools.lru_cache(maxsize=1)
-def client() -> kubernetes.client.ApiClient:
-    try:
-        kubernetes.config.load_incluster_config()
-    except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config()
-    return kubernetes.client.ApiClient()
+def endpoint() -> Endpoint:
+    """The in-cluster service account, else the kubeconfig ($KUBECONFIG or ~/.kube/config)."""
+    info = in_cluster_info()
+    if info is not None:
+        return endpoint_from(info, token_file=os.path.join(SERVICE_ACCOUNT_DIR, "token"))
+    info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings())
+    if info is None:
+        raise RuntimeError(
+            "no Kubernetes credentials: not in a pod with a service account, and neither "
+            "$KUBECONFIG nor ~/.kube/config names a kubeconfig"
+        )
+    return endpoint_from(info)
 
 
-def core() -> Any:
-    return kubernetes.client.CoreV1Api(client())
+_local = threading.local()
 
 
-def rbac() -> Any:
-    return kubernetes.client.RbacAuthorizationV1Api(client())
+def _connection(ep: Endpoint) -> http.client.HTTPConnection:
+    conn: http.client.HTTPConnection | None = getattr(_local, "conn", None)
+    if conn is not None and getattr(_local, "server", None) == ep.server:
+        return conn
+    url = urlsplit(ep.server)
+    if url.scheme == "https":
+        conn = http.client.HTTPSConnection(
+            url.hostname or "", url.port or 443, timeout=TIMEOUT_SECONDS, context=ep.context
+        )
+    else:
+        conn = http.client.HTTPConnection(
+            url.hostname or "", url.port or 80, timeout=TIMEOUT_SECONDS
+        )
+    _local.conn, _local.server = conn, ep.server
+    return conn
 
 
-def policy() -> Any:
-    return kubernetes.client.PolicyV1Api(client())
-
-
-def custom() -> Any:
-    return kubernetes.client.CustomObjectsApi(client())
+def request(
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    query: dict[str, Any] | None = None,
+    content_type: str = "application/json",
+) -> Any:
+    """One API request; the decoded JSON answer, or ApiException for an error status."""
+    ep = endpoint()
+    params = {k: v for k, v in (query or {}).items() if v is not None}
+    target = path + (f"?{urlencode(params)}" if params else "")
+    headers = {"Accept": "application/json", "User-Agent": "raytrain-operator"}
+    auth = ep.authorization()
+    if auth:
+        headers["Authorization"] = auth
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = content_type
+    for retry in (False, True):
+        conn = _connection(ep)
+        try:
+            conn.request(method, target, body=data, headers=headers)
+            response = conn.getresponse()
+            raw = response.read()
+            break
+        except (http.client.HTTPException, ConnectionError, OSError):
+            # A kept-alive connection the server closed: one new connection, then give up.
+            conn.close()
+            _local.conn = None
+            if retry:
+                raise
+    # The method, the path and the status only: never a body (a Secret's values are in one).
+    log.debug("%s %s -> %d", method, target, response.status)
+    if response.status >= 400:
+        raise ApiException(response.status, response.reason, raw.decode(errors="replace"))
+    return json.loads(raw) if raw else {}
 
 
 def call(verb: str, resource: str, fn: Callable[[], T], *, ok: tuple[int, ...] = ()) -> T | None:
@@ -63,67 +237,45 @@ def call(verb: str, resource: str, fn: Callable[[], T], *, ok: tuple[int, ...] =
         raise
 
 
-def _sanitize(obj: Any) -> dict[str, Any]:
-    if isinstance(obj, dict):
-        return obj
-    result: dict[str, Any] = client().sanitize_for_serialization(obj)
-    return result
+def _path(group: str, version: str, namespace: str, plural: str, name: str = "") -> str:
+    base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+    out = f"{base}/namespaces/{quote(namespace)}/{plural}"
+    return f"{out}/{quote(name)}" if name else out
 
 
 # ------------------------------------------------------------------------------ typed objects
 
-_CORE_KINDS = {
-    "ConfigMap": ("configmaps", "config_map"),
-    "ServiceAccount": ("serviceaccounts", "service_account"),
+#: kind -> (API group, version, plural)
+_KINDS = {
+    "ConfigMap": ("", "v1", "configmaps"),
+    "ServiceAccount": ("", "v1", "serviceaccounts"),
+    "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
+    "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
+    "RayJob": (RAY_GROUP, RAY_VERSION, RAYJOBS),
 }
-_RBAC_KINDS = {"Role": ("roles", "role"), "RoleBinding": ("rolebindings", "role_binding")}
-_POLICY_KINDS = {"PodDisruptionBudget": ("poddisruptionbudgets", "pod_disruption_budget")}
 
 
-def _api_for(kind: str) -> tuple[Any, str, str]:
-    if kind in _CORE_KINDS:
-        resource, suffix = _CORE_KINDS[kind]
-        return core(), resource, suffix
-    if kind in _POLICY_KINDS:
-        resource, suffix = _POLICY_KINDS[kind]
-        return policy(), resource, suffix
-    resource, suffix = _RBAC_KINDS[kind]
-    return rbac(), resource, suffix
+def _kind_path(kind: str, namespace: str, name: str = "") -> tuple[str, str]:
+    group, version, plural = _KINDS[kind]
+    return plural, _path(group, version, namespace, plural, name)
 
 
 def get(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-    """A ConfigMap, ServiceAccount, Role or RoleBinding, or None."""
-    if kind == "RayJob":
-        return get_rayjob(namespace, name)
-    api, resource, suffix = _api_for(kind)
-    fn = getattr(api, f"read_namespaced_{suffix}")
-    obj = call("get", resource, lambda: fn(name, namespace), ok=(404,))
-    return None if obj is None else _sanitize(obj)
+    """A ConfigMap, ServiceAccount, Role, RoleBinding, PodDisruptionBudget or RayJob, or None."""
+    resource, path = _kind_path(kind, namespace, name)
+    result: dict[str, Any] | None = call("get", resource, lambda: request("GET", path), ok=(404,))
+    return result
 
 
 def create(body: dict[str, Any]) -> dict[str, Any] | None:
     """Create a child as our field manager; None when its name is taken (409)."""
-    kind = body["kind"]
-    namespace = body["metadata"]["namespace"]
-    if kind == "RayJob":
-        created = call(
-            "create",
-            RAYJOBS,
-            lambda: custom().create_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, body, field_manager=FIELD_MANAGER
-            ),
-            ok=(409,),
-        )
-    else:
-        api, resource, suffix = _api_for(kind)
-        fn = getattr(api, f"create_namespaced_{suffix}")
-        created = call(
-            "create",
-            resource,
-            lambda: fn(namespace, body, field_manager=FIELD_MANAGER),
-            ok=(409,),
-        )
-    return None if created is None else _sanitize(created)
+    resource, path = _kind_path(body["kind"], body["metadata"]["namespace"])
+    query = {"fieldManager": FIELD_MANAGER}
+    created: dict[str, Any] | None = call(
+        "create", resource, lambda: request("POST", path, body, query=query), ok=(409,)
+    )
+    return created
 
 
 def apply(body: dict[str, Any]) -> dict[str, Any]:
@@ -133,60 +285,39 @@ def apply(body: dict[str, Any]) -> dict[str, Any]:
     takes over fields another manager changed (force), and drops fields we applied before and
     no longer send. Callers apply only objects they own: apply would adopt anything.
     """
-    kind = body["kind"]
-    namespace = body["metadata"]["namespace"]
-    name = body["metadata"]["name"]
-    options: dict[str, Any] = {
-        "field_manager": FIELD_MANAGER,
-        "force": True,
-        "_content_type": APPLY_PATCH,
-    }
-    if kind == "RayJob":
-        result = call(
-            "apply",
-            RAYJOBS,
-            lambda: custom().patch_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, name, body, **options
-            ),
-        )
-    else:
-        api, resource, suffix = _api_for(kind)
-        fn = getattr(api, f"patch_namespaced_{suffix}")
-        result = call("apply", resource, lambda: fn(name, namespace, body, **options))
-    return _sanitize(result)
+    meta = body["metadata"]
+    resource, path = _kind_path(body["kind"], meta["namespace"], meta["name"])
+    query = {"fieldManager": FIELD_MANAGER, "force": "true"}
+    result: dict[str, Any] | None = call(
+        "apply",
+        resource,
+        lambda: request("PATCH", path, body, query=query, content_type=APPLY_PATCH),
+    )
+    return result or {}
 
 
 def delete(kind: str, namespace: str, name: str) -> None:
     if kind == "RayJob":
         delete_rayjob(namespace, name)
         return
-    api, resource, suffix = _api_for(kind)
-    fn = getattr(api, f"delete_namespaced_{suffix}")
-    call("delete", resource, lambda: fn(name, namespace), ok=(404,))
+    resource, path = _kind_path(kind, namespace, name)
+    call("delete", resource, lambda: request("DELETE", path), ok=(404,))
 
 
 # ------------------------------------------------------------------------------------ RayJobs
 
 
 def get_rayjob(namespace: str, name: str) -> dict[str, Any] | None:
-    obj = call(
-        "get",
-        RAYJOBS,
-        lambda: custom().get_namespaced_custom_object(
-            RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, name
-        ),
-        ok=(404,),
-    )
-    return None if obj is None else _sanitize(obj)
+    return get("RayJob", namespace, name)
 
 
 def patch_rayjob(namespace: str, name: str, body: dict[str, Any]) -> None:
+    path = _path(RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, name)
+    query = {"fieldManager": FIELD_MANAGER}
     call(
         "patch",
         RAYJOBS,
-        lambda: custom().patch_namespaced_custom_object(
-            RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, name, body, field_manager=FIELD_MANAGER
-        ),
+        lambda: request("PATCH", path, body, query=query, content_type=MERGE_PATCH),
         ok=(404,),
     )
 
@@ -195,29 +326,15 @@ def delete_rayjob(namespace: str, name: str) -> None:
     """Delete in the foreground: the RayJob stays (with a deletionTimestamp) until the garbage
     collector has removed its RayCluster, submitter Job and their pods (KubeRay makes them with
     blockOwnerDeletion), so "the RayJob is gone" means "its pods are gone"."""
-    call(
-        "delete",
-        RAYJOBS,
-        lambda: custom().delete_namespaced_custom_object(
-            RAY_GROUP,
-            RAY_VERSION,
-            namespace,
-            RAYJOBS,
-            name,
-            body={"propagationPolicy": "Foreground"},
-        ),
-        ok=(404,),
-    )
+    path = _path(RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, name)
+    body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"}
+    call("delete", RAYJOBS, lambda: request("DELETE", path, body), ok=(404,))
 
 
 def list_rayjobs(namespace: str, label_selector: str) -> list[dict[str, Any]]:
-    result = call(
-        "list",
-        RAYJOBS,
-        lambda: custom().list_namespaced_custom_object(
-            RAY_GROUP, RAY_VERSION, namespace, RAYJOBS, label_selector=label_selector
-        ),
-    )
+    path = _path(RAY_GROUP, RAY_VERSION, namespace, RAYJOBS)
+    query = {"labelSelector": label_selector}
+    result = call("list", RAYJOBS, lambda: request("GET", path, query=query))
     return [dict(item) for item in (result or {}).get("items") or []]
 
 
@@ -230,13 +347,9 @@ def list_rayjob_names(namespace: str, label_selector: str) -> list[str]:
 
 def get_trainjob(namespace: str, name: str) -> dict[str, Any] | None:
     """The TrainJob as the API server has it now (not as a watch event delivered it)."""
-    obj = call(
-        "get",
-        PLURAL,
-        lambda: custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
-        ok=(404,),
-    )
-    return None if obj is None else _sanitize(obj)
+    path = _path(GROUP, VERSION, namespace, PLURAL, name)
+    result: dict[str, Any] | None = call("get", PLURAL, lambda: request("GET", path), ok=(404,))
+    return result
 
 
 def patch_trainjob(
@@ -244,25 +357,14 @@ def patch_trainjob(
 ) -> bool:
     """Merge-patch a TrainJob (or its status); False when a precondition in the body (uid,
     resourceVersion) no longer holds (409) or the TrainJob is gone (404)."""
-    api = custom()
-    fn = (
-        api.patch_namespaced_custom_object_status
-        if subresource == "status"
-        else api.patch_namespaced_custom_object
-    )
+    path = _path(GROUP, VERSION, namespace, PLURAL, name)
+    if subresource == "status":
+        path += "/status"
+    query = {"fieldManager": FIELD_MANAGER}
     result = call(
         "patch",
         PLURAL,
-        lambda: fn(
-            GROUP,
-            VERSION,
-            namespace,
-            PLURAL,
-            name,
-            body,
-            field_manager=FIELD_MANAGER,
-            _content_type="application/merge-patch+json",
-        ),
+        lambda: request("PATCH", path, body, query=query, content_type=MERGE_PATCH),
         ok=(404, 409),
     )
     return result is not None
@@ -277,21 +379,14 @@ def remove_trainjob_finalizer(
     could drop a finalizer another controller added meanwhile.
     """
     index = finalizers.index(finalizer)
-    path = f"/metadata/finalizers/{index}"
-    ops = [{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]
+    entry = f"/metadata/finalizers/{index}"
+    ops = [{"op": "test", "path": entry, "value": finalizer}, {"op": "remove", "path": entry}]
+    path = _path(GROUP, VERSION, namespace, PLURAL, name)
+    query = {"fieldManager": FIELD_MANAGER}
     result = call(
         "patch",
         PLURAL,
-        lambda: custom().patch_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            namespace,
-            PLURAL,
-            name,
-            ops,
-            field_manager=FIELD_MANAGER,
-            _content_type="application/json-patch+json",
-        ),
+        lambda: request("PATCH", path, ops, query=query, content_type=JSON_PATCH),
         ok=(404, 409, 422),
     )
     return result is not None
@@ -302,41 +397,31 @@ def remove_trainjob_finalizer(
 
 def pvc_access_modes(namespace: str, name: str) -> list[str] | None:
     """Access modes a PersistentVolumeClaim asks for, or None when it does not exist."""
-    pvc = call(
-        "get",
-        "persistentvolumeclaims",
-        lambda: core().read_namespaced_persistent_volume_claim(name, namespace),
-        ok=(404,),
-    )
+    path = _path("", "v1", namespace, "persistentvolumeclaims", name)
+    pvc = call("get", "persistentvolumeclaims", lambda: request("GET", path), ok=(404,))
     if pvc is None:
         return None
-    return list(pvc.spec.access_modes or [])
+    return [str(m) for m in (pvc.get("spec") or {}).get("accessModes") or []]
 
 
 def secret_keys(namespace: str, name: str) -> set[str] | None:
-    """Names of a Secret's keys (never its values), or None when it does not exist."""
-    secret = call(
-        "get",
-        "secrets",
-        lambda: core().read_namespaced_secret(name, namespace),
-        ok=(404,),
-    )
+    """Names of a Secret's keys (never its values), or None when it does not exist. The values
+    are dropped as soon as the answer is decoded; nothing logs the answer."""
+    path = _path("", "v1", namespace, "secrets", name)
+    secret = call("get", "secrets", lambda: request("GET", path), ok=(404,))
     if secret is None:
         return None
-    return set((secret.data or {}).keys())
+    return {str(key) for key in (secret.get("data") or {})}
 
 
 def list_pods(namespace: str, label_selector: str) -> list[dict[str, Any]] | None:
     """Pods matching a selector; None when the operator may not list pods (403)."""
-    result = call(
-        "list",
-        "pods",
-        lambda: core().list_namespaced_pod(namespace, label_selector=label_selector),
-        ok=(403,),
-    )
+    path = _path("", "v1", namespace, "pods")
+    query = {"labelSelector": label_selector}
+    result = call("list", "pods", lambda: request("GET", path, query=query), ok=(403,))
     if result is None:
         return None
-    return [_sanitize(pod) for pod in result.items or []]
+    return [dict(pod) for pod in result.get("items") or []]
 
 
 def api_message(exc: ApiException) -> str:
@@ -350,10 +435,4 @@ def api_message(exc: ApiException) -> str:
 
 
 def service_account_exists(namespace: str, name: str) -> bool:
-    account = call(
-        "get",
-        "serviceaccounts",
-        lambda: core().read_namespaced_service_account(name, namespace),
-        ok=(404,),
-    )
-    return account is not None
+    return get("ServiceAccount", namespace, name) is not None

@@ -32,7 +32,6 @@ from typing import Any, Protocol
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from raytrain_operator import k8s
 from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator.settings import FINALIZER, LEGACY_FINALIZER
 
@@ -238,13 +237,22 @@ class Uninstaller:
         return 1
 
 
+def kube_client() -> kubernetes.client.ApiClient:
+    """The hook's own process may use the kubernetes client (the operator's does not)."""
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+    return kubernetes.client.ApiClient()
+
+
 def main(env: Mapping[str, str] | None = None) -> int:
     try:
         options = Options.from_env(os.environ if env is None else env)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    client = k8s.client()
+    client = kube_client()
     return Uninstaller(
         kubernetes.client.CustomObjectsApi(client),
         options,

@@ -1,12 +1,12 @@
 """No log level prints a Secret's values: the preflight against a real Secret, everything at DEBUG.
 
-The operator's `--verbose` (the chart's `verbose: true`) puts the root logger at DEBUG, and with
-it the Kubernetes client's `kubernetes.client.rest`, which logs the body of every response it
-deserialises, and urllib3. Here every logger is at DEBUG, kopf is configured as `--verbose`
-configures it, the client's own `debug` switch is on (it also makes http.client print to
-stdout), and every log record and everything written to stdout and stderr is searched for the
-Secret's values, raw and base64-encoded. The Stalled message for a missing key names that key
-and no other key of the Secret.
+The operator's `--verbose` (the chart's `verbose: true`) puts the root logger at DEBUG. Here
+every logger is at DEBUG (kopf's, urllib3's, http.client's and any the kubernetes client would
+use), kopf is configured as `--verbose` configures it, and every log record and everything
+written to stdout and stderr is searched for the Secret's values, raw and base64-encoded. The
+operator's requests go through raytrain_operator.k8s, built here from the test cluster's
+kubeconfig. The Stalled message for a missing key names that key and no other key of the
+Secret.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,11 +51,13 @@ class _Everything(logging.Handler):
 
 @pytest.fixture
 def debug_everything(kube_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Everything]:
-    import kubernetes
-
     # The operator's own client, built from the test cluster's kubeconfig instead of ~/.kube.
-    api = kubernetes.config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
-    monkeypatch.setattr(k8s, "client", lambda: api)
+    monkeypatch.setenv("KUBECONFIG", str(kube_cluster.kubeconfig))
+    info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings())
+    assert info is not None
+    endpoint = k8s.endpoint_from(info)
+    monkeypatch.setattr(k8s, "endpoint", lambda: endpoint)
+    monkeypatch.setattr(k8s, "_local", threading.local())  # a fresh connection
     kopf.configure(debug=True, verbose=True)
     handler = _Everything()
     root = logging.getLogger()
@@ -64,14 +67,12 @@ def debug_everything(kube_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iter
         logger = logging.getLogger(name)
         levels[name] = logger.level
         logger.setLevel(logging.DEBUG)
-    for name in ("kubernetes", "kubernetes.client.rest", "urllib3", "urllib3.connectionpool"):
+    for name in ("kubernetes", "kubernetes.client.rest", "urllib3", "http.client"):
         logging.getLogger(name).setLevel(logging.DEBUG)
         logging.getLogger(name).disabled = False
-    api.configuration.debug = True
     try:
         yield handler
     finally:
-        api.configuration.debug = False
         root.removeHandler(handler)
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)

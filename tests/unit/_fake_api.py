@@ -10,7 +10,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import kubernetes
 import pytest
 
 from raytrain_operator import k8s
@@ -59,9 +58,8 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    config = kubernetes.client.Configuration()
-    config.host = f"http://127.0.0.1:{httpd.server_address[1]}"
-    monkeypatch.setattr(k8s, "client", lambda: kubernetes.client.ApiClient(config))
+    server = f"http://127.0.0.1:{httpd.server_address[1]}"
+    monkeypatch.setattr(k8s, "endpoint", lambda: k8s.Endpoint(server=server))
     try:
         yield Recorder.requests
     finally:

@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from raytrain_contract.timefmt import parse_rfc3339
 from raytrain_operator import k8s, metrics
@@ -43,6 +42,7 @@ from raytrain_operator.builders.names import (
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
 from raytrain_operator.handlers.wake import WAKER
+from raytrain_operator.k8s import ApiException
 from raytrain_operator.status import machine
 from raytrain_operator.status.machine import (
     Action,

@@ -147,25 +147,9 @@ def override_problem(trainjob: TrainJob, config: OperatorConfig = CONFIG) -> Pro
 
 
 def secret_key_names(namespace: str, name: str) -> set[str] | None:
-    """Names of a Secret's keys, or None when it does not exist; its values are dropped unread.
-
-    The response is read as bytes without the client's deserialisation (which logs the body at
-    DEBUG) and without caching the body in the response the client keeps as `last_response`.
-    """
-    response = k8s.call(
-        "get",
-        "secrets",
-        lambda: k8s.core().read_namespaced_secret(name, namespace, _preload_content=False),
-        ok=(404,),
-    )
-    if response is None:
-        return None
-    try:
-        raw = response.read(cache_content=False)
-    finally:
-        response.release_conn()
-    data = json.loads(raw).get("data") or {}
-    return {str(key) for key in data}
+    """Names of a Secret's keys, or None when it does not exist; its values are never kept or
+    logged (k8s.secret_keys)."""
+    return k8s.secret_keys(namespace, name)
 
 
 def check(trainjob: TrainJob, meta: Meta) -> Problem | None:
