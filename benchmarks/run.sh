@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for bench in benchmarks/runtime_vs_torchrun.py benchmarks/checkpoint_vs_boto3.py \
-             benchmarks/operator_scale.py benchmarks/recovery.py; do
+             benchmarks/operator_memory.py benchmarks/operator_scale.py benchmarks/recovery.py; do
   if [ -f "$bench" ]; then
     echo "== $bench"
     python "$bench"
