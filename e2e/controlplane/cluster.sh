@@ -11,6 +11,9 @@
 #   cluster.sh import-image F    import an image archive (docker-archive or OCI) into the real node
 #   cluster.sh socket            print the real node's containerd socket path
 #   cluster.sh node-down         stop only the real node (up --real-node starts it again)
+#   cluster.sh restart-apiserver [SECONDS]
+#                                stop the API server, keep it down SECONDS (default 0), start it
+#                                again with the same command line; the rest keeps running
 #
 # --real-node (or RAYTRAIN_REAL_NODE=1) adds `realnode`, a real kubelet + containerd node
 # (e2e/realnode/), tainted raytrain.dev/real-node=true:NoSchedule. It starts only inside a
@@ -165,6 +168,17 @@ $bind_args
     value: InternalIP
   - key: service-cluster-ip-range
     value: 10.97.0.0/24
+# One instance of each, so no leader election: with it, a controller that cannot renew its
+# lease while the API server restarts (restart-apiserver) exits, and nothing here restarts it
+# (in a real cluster the kubelet would).
+- name: kube-controller-manager
+  extraArgs:
+  - key: leader-elect
+    value: "false"
+- name: kube-scheduler
+  extraArgs:
+  - key: leader-elect
+    value: "false"
 # kwokctl starts kwok with --manage-all-nodes=true, which would take over a real node too;
 # the last flag wins, and the fake nodes carry this annotation (gpu_nodes).
 - name: kwok-controller
@@ -471,6 +485,54 @@ cmd_socket() {
   realnode socket
 }
 
+# The API server alone, stopped and started again with the command line it had, while etcd,
+# the controllers, KubeRay and every client keep running. SIGTERM first, as an upgrade would:
+# it stops listening at once, then waits up to a minute for open watches to end; after 5 s of
+# that it gets SIGKILL. Clients see refused connections and broken watches until it is back;
+# what they do then is what a test of restart-apiserver looks at.
+cmd_restart_apiserver() {
+  local dir="$KWOK_WORKDIR/clusters/$CLUSTER" pidfile pid down_for="${1:-0}" i
+  local -a argv
+  pidfile="$dir/pids/kube-apiserver.pid"
+  cluster_exists && [ -f "$pidfile" ] || die "cluster '$CLUSTER' is not running (run: $0 up)"
+  pid="$(cat "$pidfile")"
+  [ -r "/proc/$pid/cmdline" ] && tr '\0' '\n' <"/proc/$pid/cmdline" | head -1 |
+    grep -q '/kube-apiserver$' || die "pid $pid in $pidfile is not a kube-apiserver"
+  mapfile -d '' -t argv <"/proc/$pid/cmdline"
+  kill -TERM "$pid"
+  for ((i = 0; i < 10; i++)); do
+    [ -e "/proc/$pid" ] || break
+    sleep 0.5
+  done
+  if [ -e "/proc/$pid" ]; then
+    kill -KILL "$pid" 2>/dev/null || true
+    sleep 0.5
+  fi
+  log "kube-apiserver stopped (pid $pid)"
+  sleep "$down_for"
+  # Detached like kwokctl's own start: its own session, the log file, none of our descriptors
+  # (an inherited pipe would keep whoever reads our output waiting for the API server's end).
+  (
+    cd "$dir"
+    for fd in /proc/$BASHPID/fd/*; do
+      fd="${fd##*/}"
+      [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null
+    done
+    exec setsid "${argv[@]}" </dev/null >>"$dir/logs/kube-apiserver.log" 2>&1
+  ) &
+  pid=$!
+  echo "$pid" >"$pidfile"
+  wait_until "$TIMEOUT" "the API server to be ready again" api_ready ||
+    { show_logs; die "kube-apiserver did not come back (log: $dir/logs/kube-apiserver.log)"; }
+  log "kube-apiserver ready again (pid $pid)"
+  local c
+  for c in etcd kube-controller-manager kube-scheduler kwok-controller; do
+    [ -f "$dir/pids/$c.pid" ] && [ -e "/proc/$(cat "$dir/pids/$c.pid")" ] ||
+      die "$c exited while the API server was down (log: $dir/logs/$c.log)"
+  done
+  operator_pid >/dev/null || die "the KubeRay operator exited while the API server was down"
+}
+
 cmd_kubeconfig() {
   cluster_exists && [ -f "$KUBECONFIG_PATH" ] || die "cluster '$CLUSTER' is not running (run: $0 up)"
   echo "$KUBECONFIG_PATH"
@@ -500,8 +562,9 @@ case "${1:-}" in
   import-image) cmd_import_image "${@:2}" ;;
   socket) cmd_socket ;;
   node-down) with_lock cmd_node_down ;;
+  restart-apiserver) with_lock cmd_restart_apiserver "${@:2}" ;;
   *)
-    sed -n '2,22p' "$0" >&2
+    sed -n '2,25p' "$0" >&2
     exit 2
     ;;
 esac

@@ -99,6 +99,17 @@ class KubeCluster:
         """``kubectl get *args -o json``, parsed."""
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
+    def restart_apiserver(self, down_for: float = 0.0) -> None:
+        """Stop the API server and start it again (``cluster.sh restart-apiserver``); returns
+        once it is ready. Everything else in the cluster keeps running."""
+        proc = subprocess.run(
+            ["bash", str(CLUSTER_SH), "restart-apiserver", f"{down_for:g}"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise AssertionError(f"cluster.sh restart-apiserver exited {proc.returncode}:\n"
+                                 f"{proc.stderr[-3000:]}")  # fmt: skip
+
     def apply(self, obj: dict[str, Any] | str, namespace: str | None = None) -> str:
         """Server-side apply one object (a dict, or YAML/JSON text); returns kubectl's output."""
         text = obj if isinstance(obj, str) else json.dumps(obj)

@@ -1,11 +1,14 @@
-"""The operator SIGKILLed 20 times across one job's life, on the real API server.
+"""The operator SIGKILLed 20 times and the API server restarted 3 times across one job's life.
 
 One TrainJob goes through create, a failed attempt and its retry, a suspend with its checkpoint
 handshake, a resume, success and the TTL clean-up; a second one is created and deleted. After
 each step's action the operator is killed (SIGKILL: no clean-up, no last patch) after a short
-random delay, at 20 points a seeded generator spreads over the steps, and started again. A
-poller records every RayJob and every TrainJob status it sees meanwhile. What must hold after
-every kill and at the end:
+random delay, at 20 points a seeded generator spreads over the steps, and started again. At three
+steps (the move to the retry's RayJob, the suspend, the success) the API server itself is stopped
+for 2 s after the action and started again, the operator left running: its watches break, its
+kept-alive connections go stale, and it has to find the changes it missed. A poller records every
+RayJob and every TrainJob status it sees meanwhile. What must hold after every fault and at the
+end:
 
 - at most one RayJob (by uid) per attempt, and never two attempts' RayJobs at once;
 - `status.attempt`, `status.restarts` and `status.observedGeneration` never go down, and a
@@ -52,6 +55,13 @@ pytestmark = pytest.mark.integration
 __all__ = ["crds"]  # the fixture, used by name
 
 KILLS = 20
+#: The steps after whose action the API server is restarted (the operator is not killed then).
+APISERVER_RESTARTS = ("attempt 0 fails", "suspend", "succeeded")
+APISERVER_DOWN_SECONDS = 2.0
+#: How long a step may take once the API server has restarted (at that step or an earlier one).
+#: KubeRay's caches have taken about 100 s to see changes made after a restart of the server
+#: (a RayJob's deletion, a resumed RayJob), and every step waits on KubeRay.
+T_AFTER_RESTART = 360
 POLL_SECONDS = 0.2
 TERMINAL = {"Succeeded", "Failed"}
 
@@ -137,12 +147,14 @@ class Step:
 @dataclass
 class Row:
     kill: int
+    fault: str
     step: str
     delay: float
     rayjobs: int
     overlap: int
     regressions: int
     recovered: bool
+    took: float = 0.0  # from the step's action to the step reached, faults included
 
 
 def patch_spec(cluster: KubeCluster, ns: str, name: str, body: str) -> None:
@@ -251,23 +263,24 @@ def plan_kills(rng: random.Random, n_steps: int) -> list[int]:
 
 def format_table(seed: int, rows: list[Row], duplicates: int) -> str:
     lines = [
-        f"seed {seed}: {KILLS} SIGKILLs of the operator",
+        f"seed {seed}: {KILLS} SIGKILLs of the operator, {len(APISERVER_RESTARTS)} restarts of "
+        "the API server",
         "",
-        "| kill | step | delay after the action | RayJobs of the attempt | overlaps | "
-        "status regressions | step reached |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| # | fault | step | delay after the action | RayJobs of the attempt | overlaps | "
+        "status regressions | step reached | after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
-            f"| {r.kill} | {r.step} | {r.delay:.2f} s | {r.rayjobs} | {r.overlap} | "
-            f"{r.regressions} | {'yes' if r.recovered else 'NO'} |"
+            f"| {r.kill} | {r.fault} | {r.step} | {r.delay:.2f} s | {r.rayjobs} | {r.overlap} | "
+            f"{r.regressions} | {'yes' if r.recovered else 'NO'} | {r.took:.1f} s |"
         )
     recovered = sum(r.recovered for r in rows)
     lines += ["", f"{recovered}/{len(rows)} recovered, {duplicates} duplicates"]
     return "\n".join(lines)
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(2400)
 def test_twenty_sigkills_leave_no_duplicate_no_overlap_and_the_same_outcome(
     kube_cluster: KubeCluster, namespace: str, crds: None, tmp_path: Path
 ) -> None:
@@ -281,24 +294,39 @@ def test_twenty_sigkills_leave_no_duplicate_no_overlap_and_the_same_outcome(
     try:
         plan = [*steps(kube_cluster, ns, name), *delete_steps(kube_cluster, ns, other)]
         kills = plan_kills(rng, len(plan))
+        restarted = False
         for step, count in zip(plan, kills, strict=True):
             step.job = step.job or name
+            began = time.monotonic()
             step.action()
             poller = pollers[step.job]
             if not poller.is_alive():
                 poller.start()
+            faults = 0
+            if step.name in APISERVER_RESTARTS:
+                delay = rng.uniform(0.0, 1.5)
+                time.sleep(delay)
+                kube_cluster.restart_apiserver(APISERVER_DOWN_SECONDS)
+                rows.append(Row(len(rows) + 1, "API server restart", step.name, delay,
+                                0, 0, 0, False))  # fmt: skip
+                faults += 1
             for _ in range(count):
                 delay = rng.uniform(0.0, 1.5)
                 time.sleep(delay)
                 operator.kill()
                 operator.start()
-                rows.append(Row(len(rows) + 1, step.name, delay, 0, 0, 0, False))
-            wait_for(step.reached, T_KUBERAY, f"step {step.name!r} after the restarts")
+                rows.append(Row(len(rows) + 1, "SIGKILL", step.name, delay, 0, 0, 0, False))
+                faults += 1
+            restarted = restarted or step.name in APISERVER_RESTARTS
+            limit = T_AFTER_RESTART if restarted else T_KUBERAY
+            wait_for(step.reached, limit, f"step {step.name!r} after the faults")
+            took = time.monotonic() - began
             time.sleep(3 * POLL_SECONDS)  # the poller has seen what the step reached
             per_attempt, overlaps, regressions = poller.snapshot()
-            for row in rows[-count:]:
+            for row in rows[-faults:]:
                 row.rayjobs = per_attempt.get(step.attempt, 0)
                 row.overlap, row.regressions, row.recovered = overlaps, regressions, True
+                row.took = took
         for poller in pollers.values():
             poller.stop.set()
             poller.join(timeout=10)
@@ -309,7 +337,8 @@ def test_twenty_sigkills_leave_no_duplicate_no_overlap_and_the_same_outcome(
         if os.environ.get("RAYTRAIN_FAULT_TABLE"):
             Path(os.environ["RAYTRAIN_FAULT_TABLE"]).write_text(table + "\n")
 
-        assert len(rows) == KILLS
+        assert [r.fault for r in rows].count("SIGKILL") == KILLS
+        assert [r.step for r in rows if r.fault != "SIGKILL"] == list(APISERVER_RESTARTS)
         first, second = pollers[name].seen, pollers[other].seen
         assert duplicates == 0, (first.rayjobs, second.rayjobs)
         assert per_attempt == {0: 1, 1: 1}, first.rayjobs

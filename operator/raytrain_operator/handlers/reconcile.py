@@ -8,7 +8,9 @@ RayJobs that exist as well as from the status, so a lost status patch cannot sen
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -41,6 +43,12 @@ FENCED_RETRY_SECONDS = 1.0
 
 #: After a 403 on listing pods, how long before trying again.
 PODS_FORBIDDEN_RETRY_SECONDS = 600.0
+#: A pass that could not reach the API server (connection refused or reset, TLS cut short, 429,
+#: 5xx: a restart or an overload) is retried this soon. kopf's own delay for an unexpected error
+#: is 60 s, which after an API server restart left jobs unattended for a minute.
+API_RETRY_SECONDS = 2.0
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+_TRANSPORT_ERRORS = (ConnectionError, TimeoutError, ssl.SSLError, http.client.HTTPException)
 _pods_forbidden_until = 0.0
 
 _locks: dict[str, threading.Lock] = {}
@@ -266,9 +274,31 @@ def reconcile(
     except kopf.TemporaryError:
         result = "retry"
         raise
+    except (*_TRANSPORT_ERRORS, k8s.ApiException) as exc:
+        what = api_unavailable(exc)
+        if what is None:
+            raise
+        result = "retry"
+        raise kopf.TemporaryError(
+            f"the API server did not answer ({what}); the pass is retried in "
+            f"{API_RETRY_SECONDS:g} s",
+            delay=API_RETRY_SECONDS,
+        ) from exc
     finally:
         metrics.RECONCILES.labels(handler=handler, result=result).inc()
         metrics.RECONCILE_SECONDS.labels(handler=handler).observe(time.monotonic() - started)
+
+
+def api_unavailable(exc: BaseException) -> str | None:
+    """What went wrong, when ``exc`` says the API server is away for now (restarting,
+    overloaded, its connection cut); None for an error a retry in seconds would not fix."""
+    if isinstance(exc, k8s.ApiException):
+        if exc.status in TRANSIENT_STATUSES:
+            return f"{exc.status} {exc.reason}".strip()
+        return None
+    if isinstance(exc, _TRANSPORT_ERRORS):
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _reconcile(
