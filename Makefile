@@ -16,6 +16,12 @@ CONSTRAINTS := $(wildcard constraints.txt)
 INSTALL_KEY := $(shell { cat pyproject.toml $(CONSTRAINTS); \
   $(PYTHON) -c 'import sys; print(sys.prefix, sys.version)'; } | sha256sum | cut -c1-16)
 INSTALL_STAMP := $(STAMP_DIR)/install-$(INSTALL_KEY)
+# The framework packages of the Transformers and Lightning examples: outside pyproject.toml so
+# the images' dependency layer (keyed on it) stays the same; their own stamp, same rule.
+FRAMEWORKS := examples/requirements-frameworks.txt
+FRAMEWORKS_KEY := $(shell { cat $(FRAMEWORKS) pyproject.toml $(CONSTRAINTS); \
+  $(PYTHON) -c 'import sys; print(sys.prefix, sys.version)'; } | sha256sum | cut -c1-16)
+FRAMEWORKS_STAMP := $(STAMP_DIR)/frameworks-$(FRAMEWORKS_KEY)
 
 # The tests run inside a network namespace where nothing reaches the network (see
 # e2e/netns/run.sh); PYTEST_ARGS narrows them (make test PYTEST_ARGS=tests/unit).
@@ -27,7 +33,8 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo          run the example TrainJob end to end (installs first; see README)"
 	@echo "make test          install, build the test prerequisites, lint, the whole test suite"
-	@echo "make install       install the project with the runtime and dev extras (once)"
+	@echo "make install       install the project with the runtime and dev extras, and the"
+	@echo "                  framework packages of the examples (once)"
 	@echo "make prereqs       build what the tests need (control plane, MinIO, helm; cached)"
 	@echo "make lint          ruff + mypy --strict + import contracts"
 	@echo "make crds          regenerate crds/ and the chart's CRDs from the API models"
@@ -35,12 +42,17 @@ help:
 	@echo "make cluster-down  stop it"
 	@echo "make bench         benchmarks (long; not part of make test)"
 
-install: $(INSTALL_STAMP)
+install: $(INSTALL_STAMP) $(FRAMEWORKS_STAMP)
 
 $(INSTALL_STAMP):
 	$(PYTHON) -m pip install -e '.[$(EXTRAS)]' $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 	@mkdir -p $(STAMP_DIR)
 	@rm -f $(STAMP_DIR)/install-*
+	@touch $@
+
+$(FRAMEWORKS_STAMP): $(INSTALL_STAMP)
+	$(PYTHON) -m pip install -r $(FRAMEWORKS) $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	@rm -f $(STAMP_DIR)/frameworks-*
 	@touch $@
 
 # Everything the tests would otherwise download or build on first use. Each step is cached

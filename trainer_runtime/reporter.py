@@ -85,6 +85,27 @@ def total_epochs(config: Mapping[str, Any]) -> int | None:
     return None
 
 
+def finished_epoch(metrics: Mapping[str, Any]) -> int | None:
+    """The 0-based index of the last finished epoch, from a report's ``epoch``; None if unknown.
+
+    Two conventions meet here. A loop of its own reports the index of the epoch it just finished
+    as an integer (``for epoch in range(epochs): ... report({"epoch": epoch})``), and so does
+    Ray's Lightning callback (``trainer.current_epoch``). Hugging Face's ``Trainer`` logs the
+    number of epochs done as a float (``1.0`` after the first, ``1.5`` half-way through the
+    second), and Ray's ``RayTrainReportCallback`` passes that on: a float counts epochs done, so
+    its whole part less one is the last finished index (none before the first epoch ends).
+    """
+    epoch = metrics.get("epoch")
+    if isinstance(epoch, bool):
+        return None
+    if isinstance(epoch, int):
+        return epoch
+    if isinstance(epoch, float) and math.isfinite(epoch) and epoch >= 1.0:
+        # Fractions summed step by step can end an epoch a hair short: 2.9999999 is three done.
+        return math.floor(epoch + 1e-6) - 1
+    return None
+
+
 class ProgressEstimator:
     """Progress and ETA from the reported ``epoch``.
 
@@ -278,8 +299,8 @@ class Reporter:
         s = self.state
         s.step += 1
         s.metrics = dict(metrics)
-        epoch = metrics.get("epoch")
-        if isinstance(epoch, int) and not isinstance(epoch, bool):
+        epoch = finished_epoch(metrics)
+        if epoch is not None:
             s.epoch = epoch
             s.progress, s.eta = self._progress.observe(epoch, now)
         if checkpoint_uri is not None:

@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 from typing import Any, TextIO
 
+from trainer_runtime.reporter import finished_epoch
+
 log = logging.getLogger("trainer_runtime.runlog")
 
 #: Names shared with the CLI's reader (raytrain_operator/builders/reader.py keeps a copy: the
@@ -185,10 +187,9 @@ class RunLog:
         step: int | None = None,
     ) -> None:
         """One report: its time, epoch, step, metrics and checkpoint URI, as a JSON line."""
-        epoch = metrics.get("epoch")
         record = {
             "time": round(self._clock(), 3),
-            "epoch": epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
+            "epoch": finished_epoch(metrics),
             "step": step,
             "metrics": {k: _jsonable(v) for k, v in metrics.items()},
             "checkpoint": checkpoint_uri,

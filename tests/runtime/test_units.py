@@ -15,6 +15,7 @@ from trainer_runtime.reporter import (
     ReportState,
     Throttle,
     build_status_patch,
+    finished_epoch,
     total_epochs,
 )
 
@@ -82,6 +83,36 @@ def test_progress_and_eta_from_zero_based_epochs() -> None:
     assert p.observe(1, now=16.0) == (40, 18)  # 6 s/epoch since the first report
     assert p.observe(4, now=34.0)[0] == 99  # 100 only once Succeeded
     assert ProgressEstimator(None, 0.0).observe(3, 1.0) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("epoch", "index"),
+    [
+        (0, 0),  # a loop's own report: the index of the epoch just finished
+        (3, 3),
+        (1.0, 0),  # Hugging Face's Trainer: epochs done, as a float
+        (2.0, 1),
+        (2.9999999, 2),  # three done, less a rounding error
+        (1.5, 0),  # half-way through the second: the first is the last finished
+        (0.5, None),  # none finished yet
+        (float("nan"), None),
+        (True, None),
+        ("2", None),
+        (None, None),
+    ],
+)
+def test_finished_epoch_reads_integer_indexes_and_float_epochs_done(
+    epoch: object, index: int | None
+) -> None:
+    assert finished_epoch({"epoch": epoch}) == index
+
+
+def test_a_float_epoch_moves_progress() -> None:
+    sink = RecordingTransport()
+    reporter = Reporter(sink, epochs=2, min_interval=0, clock=lambda: 10.0)
+    reporter.on_report({"epoch": 1.0, "loss": 0.5})
+    status = sink.patches[-1]["status"]["trainerStatus"]
+    assert (status["epoch"], status["progressPercentage"]) == (0, 50)
 
 
 def test_patch_body_has_only_the_runtime_fields() -> None:

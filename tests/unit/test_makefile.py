@@ -1,6 +1,8 @@
 """`make install`, which `make demo` and `make test` run first: it installs once, again only when
 pyproject.toml, constraints.txt or the interpreter changes, and pins with constraints.txt when
-that file exists. Run on a copy of the Makefile with a stand-in `python` that records pip calls.
+that file exists. The examples' framework packages (examples/requirements-frameworks.txt) are a
+second install with its own stamp: a change to that file installs them alone again. Run on a copy
+of the Makefile with a stand-in `python` that records pip calls.
 """
 
 from __future__ import annotations
@@ -32,10 +34,17 @@ exit 1
 """
 
 
+FRAMEWORKS = "examples/requirements-frameworks.txt"
+PROJECT = "-m pip install -e .[dev,runtime]"
+EXAMPLES = f"-m pip install -r {FRAMEWORKS}"
+
+
 @pytest.fixture
 def clone(tmp_path: Path) -> Path:
     shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "examples").mkdir()
+    shutil.copy(ROOT / FRAMEWORKS, tmp_path / FRAMEWORKS)
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
@@ -59,30 +68,38 @@ def install(clone: Path) -> list[str]:
 
 
 def test_installs_once_then_costs_nothing(clone: Path) -> None:
-    assert install(clone) == ["-m pip install -e .[dev,runtime]"]
-    assert install(clone) == ["-m pip install -e .[dev,runtime]"]
-    (stamp,) = (clone / ".make").iterdir()
-    assert stamp.name.startswith("install-")
+    assert install(clone) == [PROJECT, EXAMPLES]
+    assert install(clone) == [PROJECT, EXAMPLES]
+    stamps = sorted(p.name.split("-")[0] for p in (clone / ".make").iterdir())
+    assert stamps == ["frameworks", "install"]
+
+
+def test_a_changed_frameworks_file_installs_only_the_frameworks_again(clone: Path) -> None:
+    install(clone)
+    with (clone / FRAMEWORKS).open("a") as f:
+        f.write("# a change\n")
+    assert install(clone)[2:] == [EXAMPLES]
+    assert len(list((clone / ".make").iterdir())) == 2
 
 
 def test_a_changed_pyproject_installs_again_and_keeps_one_stamp(clone: Path) -> None:
     install(clone)
     with (clone / "pyproject.toml").open("a") as f:
         f.write("\n# a change\n")
-    assert len(install(clone)) == 2
-    assert len(list((clone / ".make").iterdir())) == 1
+    assert install(clone)[2:] == [PROJECT, EXAMPLES]
+    assert len(list((clone / ".make").iterdir())) == 2
 
 
 def test_constraints_pin_the_install_and_key_the_stamp(clone: Path) -> None:
     install(clone)
     (clone / "constraints.txt").write_text("kopf==1.45.2\n")
     calls = install(clone)
-    assert calls[1:] == ["-m pip install -e .[dev,runtime] -c constraints.txt"]
+    assert calls[2:] == [f"{PROJECT} -c constraints.txt", f"{EXAMPLES} -c constraints.txt"]
     (clone / "constraints.txt").write_text("kopf==1.45.1\n")
-    assert len(install(clone)) == 3
+    assert len(install(clone)) == 6
 
 
 def test_another_interpreter_gets_its_own_install(clone: Path) -> None:
     install(clone)
     (clone / "interpreter").write_text("/venvs/b 3.11.7\n")
-    assert len(install(clone)) == 2
+    assert len(install(clone)) == 4

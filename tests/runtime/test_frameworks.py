@@ -1,0 +1,126 @@
+"""The framework examples train for real on the CPU and resume from their own checkpoints.
+
+examples/hf_transformers (Hugging Face's ``Trainer`` with Ray's ``RayTrainReportCallback`` and
+``prepare_trainer``) and examples/lightning_digits (``RayDDPStrategy``,
+``RayLightningEnvironment``, ``RayTrainReportCallback``), each with two workers on the session's
+local Ray, the way ``raytrain run --local`` runs them. Each trains one epoch, then the same run
+goes on to a second: only that epoch is trained, from the step the first stopped at. Progress
+(the report's ``epoch``, a float for Transformers and an index for Lightning), the metrics and
+the checkpoints reach the status the operator shows.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raytrain_contract import load_contract
+from trainer_runtime.local import run_local
+from trainer_runtime.reporter import RecordingTransport
+
+pytestmark = [pytest.mark.runtime, pytest.mark.usefixtures("ray_local")]
+
+
+def run(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run the contract locally; the status of each patch, in order. Fails unless Succeeded."""
+    sink = RecordingTransport()
+    code = run_local(load_contract(doc), display=False, transport=sink, min_interval=0)
+    statuses = [p["status"] for p in sink.patches]
+    assert code == 0, statuses[-1]["trainerStatus"]
+    assert statuses[-1]["trainerStatus"]["phase"] == "Succeeded"
+    return statuses
+
+
+def reported(statuses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per report: its epoch, progress, metrics and the checkpoint count after it."""
+    out: list[dict[str, Any]] = []
+    for status in statuses:
+        trainer = status["trainerStatus"]
+        if trainer.get("phase") != "Running" or not trainer.get("metrics"):
+            continue
+        if out and out[-1]["step"] == trainer["step"]:
+            continue
+        out.append({
+            "step": trainer["step"],
+            "epoch": trainer.get("epoch"),
+            "progress": trainer.get("progressPercentage"),
+            "metrics": {m["name"]: float(m["value"]) for m in trainer["metrics"]},
+            "checkpoints": (status.get("checkpoint") or {}).get("count", 0),
+        })  # fmt: skip
+    return out
+
+
+def kept(store: Path, doc: dict[str, Any], final: dict[str, Any]) -> None:
+    """The second run added one checkpoint (the count is this process's), the latest; the run
+    directory keeps ``numToKeep`` (2) of the three."""
+    assert final["checkpoint"]["count"] == 1
+    run_dir = store / doc["runName"]
+    kept = sorted(p for p in run_dir.glob("checkpoint_*") if p.is_dir())
+    assert len(kept) == 2, kept
+    assert final["checkpoint"]["latestURI"] == str(kept[-1])
+
+
+@pytest.mark.timeout(600)
+def test_transformers_trainer_reports_progress_and_checkpoints_and_resumes(
+    make_doc: Any, tmp_path: Path
+) -> None:
+    config = {"lr": 0.01, "batch_size": 32, "samples": 256, "seq_len": 16, "vocab": 32}
+    doc = make_doc(
+        run_name=f"hf-{uuid.uuid4().hex[:8]}",
+        entrypoint="examples.hf_transformers.train:train_loop_per_worker",
+        storage={"type": "pvc", "path": str(tmp_path / "store")},
+        config={**config, "epochs": 2},
+    )
+    first = reported(run(doc))
+    # Two reports, one per epoch; the Trainer's float epoch (1.0, 2.0) reads as index 0, 1.
+    assert [(r["epoch"], r["progress"], r["checkpoints"]) for r in first] == [
+        (0, 50, 1),
+        (1, 99, 2),
+    ]
+    assert [r["metrics"]["epoch"] for r in first] == [1.0, 2.0]
+    losses = [r["metrics"]["eval_loss"] for r in first]
+    assert losses[1] < losses[0] < math.log(32), losses
+    step = first[-1]["metrics"]["step"]
+
+    # The same run, now three epochs long: it resumes from the checkpoint of epoch 2 and
+    # trains only the third, its steps numbered on from where the first run stopped.
+    again = run({**doc, "config": {**config, "epochs": 3}, "attempt": 1})
+    rest = reported(again)
+    assert [(r["epoch"], r["metrics"]["epoch"]) for r in rest] == [(2, 3.0)]
+    assert rest[0]["metrics"]["step"] == step * 3 / 2
+    assert rest[0]["metrics"]["eval_loss"] < losses[1]
+    final = again[-1]
+    assert final["trainerStatus"]["progressPercentage"] == 100
+    kept(tmp_path / "store", doc, final)
+
+
+@pytest.mark.timeout(600)
+def test_lightning_trainer_reports_progress_and_checkpoints_and_resumes(
+    make_doc: Any, tmp_path: Path
+) -> None:
+    config = {"lr": 0.05, "batch_size": 64, "hidden": 64}
+    doc = make_doc(
+        run_name=f"lightning-{uuid.uuid4().hex[:8]}",
+        entrypoint="examples.lightning_digits.train:train_loop_per_worker",
+        storage={"type": "pvc", "path": str(tmp_path / "store")},
+        config={**config, "epochs": 2},
+    )
+    first = reported(run(doc))
+    assert [(r["epoch"], r["progress"], r["checkpoints"]) for r in first] == [
+        (0, 50, 1),
+        (1, 99, 2),
+    ]
+    assert {"train_loss", "val_loss", "val_accuracy"} <= set(first[0]["metrics"])
+    assert first[1]["metrics"]["val_loss"] < first[0]["metrics"]["val_loss"]
+    step = first[-1]["metrics"]["step"]
+
+    again = run({**doc, "config": {**config, "epochs": 3}, "attempt": 1})
+    rest = reported(again)
+    assert [r["epoch"] for r in rest] == [2]
+    assert rest[0]["metrics"]["step"] == step * 3 / 2
+    assert rest[0]["metrics"]["val_accuracy"] > 0.8, rest[0]["metrics"]
+    kept(tmp_path / "store", doc, again[-1])
