@@ -110,13 +110,15 @@ CMD ["python", "-m", "trainer_runtime"]
 # ----------------------------------------------------------------- trainer runtime + frameworks
 # The runtime with Hugging Face Transformers, Accelerate and Lightning for
 # examples/hf-transformers.yaml and examples/lightning-digits.yaml (and loops of your own that
-# use them). Not built by e2e/images/build.sh; build it where PyPI is reachable:
+# use them). Not built by e2e/images/build.sh:
 #   docker build --target trainer-runtime-frameworks -t raytrain/trainer-runtime-frameworks:0.1.0 .
-# The project's pins still hold, so torch, numpy and Ray stay those of the runtime image.
+# The project's pins still hold, so torch, numpy and Ray stay those of the runtime image. As
+# above, a wheelhouse mounted at /wheels (holding these packages' wheels) replaces the index.
 FROM trainer-runtime AS trainer-runtime-frameworks
 USER root
 COPY examples/requirements-frameworks.txt /opt/raytrain/
-RUN PIP_CONSTRAINT=/opt/raytrain/constraints.txt \
+RUN if [ -n "$(ls /wheels 2>/dev/null)" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels; fi \
+ && PIP_CONSTRAINT=/opt/raytrain/constraints.txt \
     pip install -r /opt/raytrain/requirements-frameworks.txt \
  && pip check
 USER 1000:1000
