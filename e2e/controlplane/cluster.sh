@@ -168,17 +168,6 @@ $bind_args
     value: InternalIP
   - key: service-cluster-ip-range
     value: 10.97.0.0/24
-# One instance of each, so no leader election: with it, a controller that cannot renew its
-# lease while the API server restarts (restart-apiserver) exits, and nothing here restarts it
-# (in a real cluster the kubelet would).
-- name: kube-controller-manager
-  extraArgs:
-  - key: leader-elect
-    value: "false"
-- name: kube-scheduler
-  extraArgs:
-  - key: leader-elect
-    value: "false"
 # kwokctl starts kwok with --manage-all-nodes=true, which would take over a real node too;
 # the last flag wins, and the fake nodes carry this annotation (gpu_nodes).
 - name: kwok-controller
@@ -485,20 +474,42 @@ cmd_socket() {
   realnode socket
 }
 
+# relaunch DIR NAME ARGV...: start a control-plane component again, detached like kwokctl's own
+# start (its own session, the log file, none of our descriptors: an inherited pipe would keep
+# whoever reads our output waiting for the component's end), and record its pid.
+relaunch() {
+  local dir="$1" name="$2"
+  shift 2
+  (
+    cd "$dir"
+    for fd in /proc/$BASHPID/fd/*; do
+      fd="${fd##*/}"
+      [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null
+    done
+    exec setsid "$@" </dev/null >>"$dir/logs/$name.log" 2>&1
+  ) &
+  echo "$!" >"$dir/pids/$name.pid"
+}
+
 # The API server alone, stopped and started again with the command line it had, while etcd,
 # the controllers, KubeRay and every client keep running. SIGTERM first, as an upgrade would:
 # it stops listening at once, then waits up to a minute for open watches to end; after 5 s of
 # that it gets SIGKILL. Clients see refused connections and broken watches until it is back;
 # what they do then is what a test of restart-apiserver looks at.
 cmd_restart_apiserver() {
-  local dir="$KWOK_WORKDIR/clusters/$CLUSTER" pidfile pid down_for="${1:-0}" i
-  local -a argv
-  pidfile="$dir/pids/kube-apiserver.pid"
+  local dir="$KWOK_WORKDIR/clusters/$CLUSTER" pid down_for="${1:-0}" i c
+  local -a argv cm_argv sched_argv
+  local pidfile="$dir/pids/kube-apiserver.pid"
   cluster_exists && [ -f "$pidfile" ] || die "cluster '$CLUSTER' is not running (run: $0 up)"
   pid="$(cat "$pidfile")"
   [ -r "/proc/$pid/cmdline" ] && tr '\0' '\n' <"/proc/$pid/cmdline" | head -1 |
     grep -q '/kube-apiserver$' || die "pid $pid in $pidfile is not a kube-apiserver"
   mapfile -d '' -t argv <"/proc/$pid/cmdline"
+  # The controller manager and the scheduler exit when they cannot renew their leader lease
+  # while the server is down; as a kubelet would restart their static pods, they are started
+  # again below with these command lines.
+  mapfile -d '' -t cm_argv <"/proc/$(cat "$dir/pids/kube-controller-manager.pid")/cmdline"
+  mapfile -d '' -t sched_argv <"/proc/$(cat "$dir/pids/kube-scheduler.pid")/cmdline"
   kill -TERM "$pid"
   for ((i = 0; i < 10; i++)); do
     [ -e "/proc/$pid" ] || break
@@ -510,23 +521,23 @@ cmd_restart_apiserver() {
   fi
   log "kube-apiserver stopped (pid $pid)"
   sleep "$down_for"
-  # Detached like kwokctl's own start: its own session, the log file, none of our descriptors
-  # (an inherited pipe would keep whoever reads our output waiting for the API server's end).
-  (
-    cd "$dir"
-    for fd in /proc/$BASHPID/fd/*; do
-      fd="${fd##*/}"
-      [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null
-    done
-    exec setsid "${argv[@]}" </dev/null >>"$dir/logs/kube-apiserver.log" 2>&1
-  ) &
-  pid=$!
-  echo "$pid" >"$pidfile"
+  relaunch "$dir" kube-apiserver "${argv[@]}"
   wait_until "$TIMEOUT" "the API server to be ready again" api_ready ||
     { show_logs; die "kube-apiserver did not come back (log: $dir/logs/kube-apiserver.log)"; }
-  log "kube-apiserver ready again (pid $pid)"
-  local c
-  for c in etcd kube-controller-manager kube-scheduler kwok-controller; do
+  log "kube-apiserver ready again (pid $(cat "$pidfile"))"
+  # A lost lease shows within the renew deadline (10 s): wait that long, then restart whichever
+  # of the two has exited.
+  sleep 12
+  for c in kube-controller-manager kube-scheduler; do
+    [ -e "/proc/$(cat "$dir/pids/$c.pid")" ] && continue
+    log "$c exited while the API server was down (lost its lease); starting it again"
+    if [ "$c" = kube-controller-manager ]; then
+      relaunch "$dir" "$c" "${cm_argv[@]}"
+    else
+      relaunch "$dir" "$c" "${sched_argv[@]}"
+    fi
+  done
+  for c in etcd kwok-controller; do
     [ -f "$dir/pids/$c.pid" ] && [ -e "/proc/$(cat "$dir/pids/$c.pid")" ] ||
       die "$c exited while the API server was down (log: $dir/logs/$c.log)"
   done

@@ -59,7 +59,7 @@ KILLS = 20
 APISERVER_RESTARTS = ("attempt 0 fails", "suspend", "succeeded")
 APISERVER_DOWN_SECONDS = 2.0
 #: How long a step may take once the API server has restarted (at that step or an earlier one).
-#: KubeRay's caches have taken about 100 s to see changes made after a restart of the server
+#: KubeRay's caches have taken up to about 100 s to see changes made after a restart of the server
 #: (a RayJob's deletion, a resumed RayJob), and every step waits on KubeRay.
 T_AFTER_RESTART = 360
 POLL_SECONDS = 0.2
