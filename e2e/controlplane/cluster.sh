@@ -413,9 +413,28 @@ cmd_down() {
   fi
   stop_operator
   if cluster_exists; then
+    # kwokctl does not stop a component that restart-apiserver started again: note the pids
+    # now, stop whichever of them is left after kwokctl's delete.
+    local dir="$KWOK_WORKDIR/clusters/$CLUSTER" f pid i
+    local -a pids=()
+    for f in "$dir"/pids/*.pid; do
+      [ -f "$f" ] && pids+=("$(cat "$f")")
+    done
     mkdir -p "$STATE" # for the log, after a down that failed half-way
     "$KWOKCTL" delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG_PATH" \
       </dev/null >>"$KWOKCTL_LOG" 2>&1 || die "kwokctl delete cluster failed (see $KWOKCTL_LOG)"
+    for pid in "${pids[@]}"; do
+      # Only ours: a binary of this cluster's directory, not a recycled number.
+      [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "^$dir/" ||
+        continue
+      kill -TERM "$pid" 2>/dev/null || true
+      for ((i = 0; i < 10; i++)); do
+        [ -e "/proc/$pid" ] || break
+        sleep 0.5
+      done
+      kill -KILL "$pid" 2>/dev/null || true
+      log "stopped pid $pid, left running by kwokctl"
+    done
     log "cluster deleted"
   else
     log "no cluster '$CLUSTER' to delete"
