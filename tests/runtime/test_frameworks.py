@@ -64,38 +64,49 @@ def kept(store: Path, doc: dict[str, Any], final: dict[str, Any]) -> None:
     assert final["checkpoint"]["latestURI"] == str(kept[-1])
 
 
+def two_then_three(
+    make_doc: Any, store: Path, name: str, entrypoint: str, config: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Train two epochs, then the same run to three: the reports of the first run, the one report
+    of the second. What both frameworks share is checked here:
+    one report per epoch with its progress and checkpoint, and a second run that trains only
+    the third epoch, its steps numbered on from where the first stopped."""
+    doc = make_doc(
+        run_name=f"{name}-{uuid.uuid4().hex[:8]}",
+        entrypoint=entrypoint,
+        storage={"type": "pvc", "path": str(store)},
+        config={**config, "epochs": 2},
+    )
+    first = reported(run(doc))
+    assert [(r["epoch"], r["progress"], r["checkpoints"]) for r in first] == [
+        (0, 50, 1),
+        (1, 99, 2),
+    ]
+    again = run({**doc, "config": {**config, "epochs": 3}, "attempt": 1})
+    rest = reported(again)
+    assert [r["epoch"] for r in rest] == [2]
+    assert rest[0]["metrics"]["step"] == first[-1]["metrics"]["step"] * 3 / 2
+    final = again[-1]
+    assert final["trainerStatus"]["progressPercentage"] == 100
+    kept(store, doc, final)
+    return first, rest[0]
+
+
 @pytest.mark.timeout(600)
 def test_transformers_trainer_reports_progress_and_checkpoints_and_resumes(
     make_doc: Any, tmp_path: Path
 ) -> None:
     config = {"lr": 0.01, "batch_size": 32, "samples": 256, "seq_len": 16, "vocab": 32}
-    doc = make_doc(
-        run_name=f"hf-{uuid.uuid4().hex[:8]}",
-        entrypoint="examples.hf_transformers.train:train_loop_per_worker",
-        storage={"type": "pvc", "path": str(tmp_path / "store")},
-        config={**config, "epochs": 2},
-    )
-    first = reported(run(doc))
-    # Two reports, one per epoch; the Trainer's float epoch (1.0, 2.0) reads as index 0, 1.
-    assert [(r["epoch"], r["progress"], r["checkpoints"]) for r in first] == [
-        (0, 50, 1),
-        (1, 99, 2),
-    ]
+    first, last = two_then_three(
+        make_doc, tmp_path / "store", "hf",
+        "examples.hf_transformers.train:train_loop_per_worker", config,
+    )  # fmt: skip
+    # The Trainer's float epoch (1.0, 2.0, then 3.0) reads as index 0, 1, then 2.
     assert [r["metrics"]["epoch"] for r in first] == [1.0, 2.0]
+    assert last["metrics"]["epoch"] == 3.0
     losses = [r["metrics"]["eval_loss"] for r in first]
     assert losses[1] < losses[0] < math.log(32), losses
-    step = first[-1]["metrics"]["step"]
-
-    # The same run, now three epochs long: it resumes from the checkpoint of epoch 2 and
-    # trains only the third, its steps numbered on from where the first run stopped.
-    again = run({**doc, "config": {**config, "epochs": 3}, "attempt": 1})
-    rest = reported(again)
-    assert [(r["epoch"], r["metrics"]["epoch"]) for r in rest] == [(2, 3.0)]
-    assert rest[0]["metrics"]["step"] == step * 3 / 2
-    assert rest[0]["metrics"]["eval_loss"] < losses[1]
-    final = again[-1]
-    assert final["trainerStatus"]["progressPercentage"] == 100
-    kept(tmp_path / "store", doc, final)
+    assert last["metrics"]["eval_loss"] < losses[1]
 
 
 @pytest.mark.timeout(600)
@@ -103,24 +114,10 @@ def test_lightning_trainer_reports_progress_and_checkpoints_and_resumes(
     make_doc: Any, tmp_path: Path
 ) -> None:
     config = {"lr": 0.05, "batch_size": 64, "hidden": 64}
-    doc = make_doc(
-        run_name=f"lightning-{uuid.uuid4().hex[:8]}",
-        entrypoint="examples.lightning_digits.train:train_loop_per_worker",
-        storage={"type": "pvc", "path": str(tmp_path / "store")},
-        config={**config, "epochs": 2},
-    )
-    first = reported(run(doc))
-    assert [(r["epoch"], r["progress"], r["checkpoints"]) for r in first] == [
-        (0, 50, 1),
-        (1, 99, 2),
-    ]
+    first, last = two_then_three(
+        make_doc, tmp_path / "store", "lightning",
+        "examples.lightning_digits.train:train_loop_per_worker", config,
+    )  # fmt: skip
     assert {"train_loss", "val_loss", "val_accuracy"} <= set(first[0]["metrics"])
     assert first[1]["metrics"]["val_loss"] < first[0]["metrics"]["val_loss"]
-    step = first[-1]["metrics"]["step"]
-
-    again = run({**doc, "config": {**config, "epochs": 3}, "attempt": 1})
-    rest = reported(again)
-    assert [r["epoch"] for r in rest] == [2]
-    assert rest[0]["metrics"]["step"] == step * 3 / 2
-    assert rest[0]["metrics"]["val_accuracy"] > 0.8, rest[0]["metrics"]
-    kept(tmp_path / "store", doc, again[-1])
+    assert last["metrics"]["val_accuracy"] > 0.8, last["metrics"]
