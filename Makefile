@@ -78,8 +78,9 @@ lint: install
 	$(PYTHON) -c 'from importlinter.cli import lint_imports_command; lint_imports_command()'
 
 # pytest exits 5 when it collects no test, so a suite that runs nothing fails here too.
+# --durations: the log of every run names its slowest tests, CI's included.
 test: install prereqs lint
-	$(NETNS) $(PYTHON) -m pytest $(PYTEST_ARGS)
+	$(NETNS) $(PYTHON) -m pytest --durations=40 $(PYTEST_ARGS)
 
 # The real-pod fault tests alone (docs/real-node.md): `make test` runs those of
 # test_realpods.py with the rest; the evictions and the drain of test_realpods_preemption.py
