@@ -6,6 +6,7 @@
 PYTHON ?= python
 PKGS := operator/raytrain_operator operator/raytrain trainer_runtime raytrain_contract
 CRD := crds/trainjobs.raytrain.dev.yaml
+TEMPLATE_CRDS := crds/trainjobtemplates.raytrain.dev.yaml
 EXTRAS := dev,runtime
 
 # The install is redone only when what it depends on changes: pyproject.toml, constraints.txt
@@ -96,7 +97,7 @@ unit: install
 	$(PYTHON) -m pytest tests/unit
 
 crds:
-	$(PYTHON) -m raytrain_operator.api.crd --out $(CRD)
+	$(PYTHON) -m raytrain_operator.api.crd --out $(CRD) --templates-out $(TEMPLATE_CRDS)
 	@if [ -d charts/raytrain-operator/templates ]; then \
 	  $(PYTHON) -m raytrain_operator.api.crd --chart --out charts/raytrain-operator/templates/crds.yaml; fi
 

@@ -33,7 +33,14 @@ from urllib.parse import quote, urlencode, urlsplit
 import kopf
 
 from raytrain_operator import metrics
-from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
+from raytrain_operator.api.v1alpha1 import (
+    CLUSTER_TEMPLATE_KIND,
+    CLUSTER_TEMPLATE_PLURAL,
+    GROUP,
+    PLURAL,
+    TEMPLATE_PLURAL,
+    VERSION,
+)
 
 T = TypeVar("T")
 log = logging.getLogger("raytrain_operator.k8s")
@@ -349,6 +356,19 @@ def get_trainjob(namespace: str, name: str) -> dict[str, Any] | None:
     """The TrainJob as the API server has it now (not as a watch event delivered it)."""
     path = _path(GROUP, VERSION, namespace, PLURAL, name)
     result: dict[str, Any] | None = call("get", PLURAL, lambda: request("GET", path), ok=(404,))
+    return result
+
+
+def get_template(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """A ClusterTrainJobTemplate, or a TrainJobTemplate of ``namespace``; None when there is
+    none of that name (403 raises: the caller says what the operator may not read)."""
+    if kind == CLUSTER_TEMPLATE_KIND:
+        plural = CLUSTER_TEMPLATE_PLURAL
+        path = f"/apis/{GROUP}/{VERSION}/{plural}/{quote(name)}"
+    else:
+        plural = TEMPLATE_PLURAL
+        path = _path(GROUP, VERSION, namespace, plural, name)
+    result: dict[str, Any] | None = call("get", plural, lambda: request("GET", path), ok=(404,))
     return result
 
 

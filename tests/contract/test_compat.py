@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from raytrain_contract import dump_contract, load_contract
+from raytrain_operator.api import templates
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import render_contract
 from raytrain_operator.builders.meta import Meta
@@ -60,9 +61,8 @@ def runtime_0_1_0_parser() -> types.ModuleType:
 def _trainjobs() -> list[dict[str, Any]]:
     docs = []
     for path in sorted((REPO / "examples").glob("*.yaml")):
-        docs += [
-            d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "TrainJob"
-        ]
+        found = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        docs += [templates.expand(d, found) for d in found if d.get("kind") == "TrainJob"]
     # One more that fills every optional section, so each one crosses the boundary.
     (digits,) = [d for d in docs if d["metadata"]["name"] == "digits"]
     full = copy.deepcopy(digits)

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import raytrain_contract as contract
+from raytrain_operator.api import templates
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import build_contract_configmap, render_contract
 from raytrain_operator.builders.meta import Meta
@@ -27,9 +28,9 @@ UID = "5f0c2a7e-91b3-4c1d-8e2f-0123456789ab"
 def _examples() -> list[dict[str, Any]]:
     docs = []
     for path in sorted(EXAMPLES.glob("*.yaml")):
-        docs += [
-            d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "TrainJob"
-        ]
+        found = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        # A TrainJob with spec.template runs with the template merged in (api/templates.py).
+        docs += [templates.expand(d, found) for d in found if d.get("kind") == "TrainJob"]
     return docs
 
 

@@ -185,18 +185,19 @@ def expose_minio(cluster: KubeCluster, minio: Minio) -> None:
 
 
 def adopt_crd_for_helm(cluster: KubeCluster) -> None:
-    """Mark the TrainJob CRD the local cluster created from crds/ as the release's own.
+    """Mark the CRDs the local cluster created from crds/ as the release's own.
 
     A user's cluster has no CRD before `helm install`; ours got it at `cluster.sh up` for the
     tests that run without the chart. Helm takes over an existing object only when it carries
     the release's ownership metadata, and then upgrades it from the chart like any other.
     """
-    crd = "customresourcedefinition/trainjobs.raytrain.dev"
-    cluster.kubectl("label", crd, "app.kubernetes.io/managed-by=Helm", "--overwrite")
-    cluster.kubectl(
-        "annotate", crd, f"meta.helm.sh/release-name={RELEASE}",
-        f"meta.helm.sh/release-namespace={SYSTEM_NS}", "--overwrite",
-    )  # fmt: skip
+    for plural in ("trainjobs", "trainjobtemplates", "clustertrainjobtemplates"):
+        crd = f"customresourcedefinition/{plural}.raytrain.dev"
+        cluster.kubectl("label", crd, "app.kubernetes.io/managed-by=Helm", "--overwrite")
+        cluster.kubectl(
+            "annotate", crd, f"meta.helm.sh/release-name={RELEASE}",
+            f"meta.helm.sh/release-namespace={SYSTEM_NS}", "--overwrite",
+        )  # fmt: skip
 
 
 def install_chart(cluster: KubeCluster, images: Images) -> None:

@@ -113,8 +113,10 @@ def crds(kube_cluster: KubeCluster) -> None:
         "-f", str(REPO / "crds"),
     )  # fmt: skip
     kube_cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/trainjobs.raytrain.dev", "--timeout=60s"
-    )
+        "wait", "--for=condition=Established", "crd/trainjobs.raytrain.dev",
+        "crd/trainjobtemplates.raytrain.dev", "crd/clustertrainjobtemplates.raytrain.dev",
+        "--timeout=60s",
+    )  # fmt: skip
 
 
 @pytest.fixture

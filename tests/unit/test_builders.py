@@ -9,6 +9,7 @@ import pytest
 import yaml
 from _factories import ROOT_EXAMPLES, meta, trainjob
 
+from raytrain_operator.api import templates
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.contract import build_contract_configmap, render_contract
@@ -721,9 +722,10 @@ def test_bad_quantities_name_the_field(bad: str) -> None:
 
 def test_examples_build() -> None:
     for path in ROOT_EXAMPLES:
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "TrainJob":
-                tj = TrainJob.model_validate(doc)
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        for doc in docs:
+            if doc.get("kind") == "TrainJob":
+                tj = TrainJob.model_validate(templates.expand(doc, docs))
                 rj = build(tj, meta(name=doc["metadata"]["name"]))
                 assert rj["metadata"]["name"] == f"{doc['metadata']['name']}-0"
 

@@ -29,7 +29,12 @@ NAMESPACE = "raytrain-system"
 
 OPERATOR_DOC = ROOT / "docs" / "operator.md"
 # Cluster-scoped resources; everything else in the table is granted per namespace.
-CLUSTER_SCOPED = {"namespaces", "customresourcedefinitions", "clusterkopfpeerings"}
+CLUSTER_SCOPED = {
+    "namespaces",
+    "customresourcedefinitions",
+    "clusterkopfpeerings",
+    "clustertrainjobtemplates",
+}
 
 
 def documented_rbac() -> dict[tuple[str, str], set[str]]:
@@ -146,6 +151,8 @@ def test_default_renders_the_expected_objects(default: list[dict[str, Any]]) -> 
         "ClusterRole",
         "ClusterRoleBinding",
         "CustomResourceDefinition",  # TrainJob
+        "CustomResourceDefinition",  # ClusterTrainJobTemplate
+        "CustomResourceDefinition",  # TrainJobTemplate
         "CustomResourceDefinition",  # ClusterKopfPeering (crds/)
         "CustomResourceDefinition",  # KopfPeering (crds/)
         "Deployment",
@@ -221,15 +228,21 @@ def test_chart_crd_is_the_generated_crd(default: list[dict[str, Any]]) -> None:
     assert crd["spec"] == crdgen.crd()["spec"]
     template = (CHART / "templates" / "crds.yaml").read_text()
     assert template == crdgen.render_chart_template(), "run `make crds` and commit the result"
+    generated = {c["metadata"]["name"]: c for c in crdgen.template_crds()}
+    for name, want in generated.items():
+        got = [d for d in default if d["metadata"]["name"] == name]
+        assert len(got) == 1, name
+        assert got[0]["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        assert got[0]["spec"] == want["spec"]
 
 
 # -------------------------------------------------------------------------- toggles
 
 
 def test_crd_toggles(helm: str) -> None:
-    # Only the TrainJob CRD is a template; helm applies crds/ (kopf's peering) as they are.
+    # Our CRDs are templates; helm applies crds/ (kopf's peering) as they are.
     without = render(helm, "--set", "crds.install=false")
-    assert [d for d in without if d["metadata"]["name"] == "trainjobs.raytrain.dev"] == []
+    assert [d for d in without if d["metadata"]["name"].endswith(".raytrain.dev")] == []
     crd = trainjob_crd(render(helm, "--set", "crds.keep=false"))
     assert "helm.sh/resource-policy" not in (crd["metadata"].get("annotations") or {})
 

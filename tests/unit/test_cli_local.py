@@ -17,6 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "examples" / "digits.yaml"
 DIGITS_S3 = ROOT / "examples" / "digits-s3.yaml"
 DIGITS_PVC = ROOT / "examples" / "digits-pvc.yaml"
+TEMPLATE = ROOT / "examples" / "template.yaml"
 
 
 def _parsed(path: pathlib.Path) -> tuple[local.TrainJob, local.Meta, list[dict[str, object]]]:
@@ -29,6 +30,22 @@ def test_load_manifest_finds_the_trainjob_among_other_objects() -> None:
     doc, others = local.load_manifest(str(DIGITS))
     assert doc["kind"] == "TrainJob"
     assert [o["kind"] for o in others] == ["Secret"]
+
+
+def test_a_local_run_takes_the_template_from_the_same_file(tmp_path: pathlib.Path) -> None:
+    doc, others = local.load_manifest(str(TEMPLATE))
+    trainjob, meta = local.parse_trainjob(doc, others)
+    assert meta.name == "digits-from-template"
+    assert trainjob.spec.image == "raytrain/trainer-runtime:0.1.0"
+    assert trainjob.spec.scaling.num_workers == 2
+    assert trainjob.spec.config == {"batch_size": 64, "hidden": 128, "epochs": 4, "lr": 0.05}
+    assert trainjob.spec.backoff_limit == 1
+
+    alone = tmp_path / "job.yaml"
+    alone.write_text(TEMPLATE.read_text().split("---\n")[-1])
+    doc, others = local.load_manifest(str(alone))
+    with pytest.raises(local.LocalRunError, match=r"ClusterTrainJobTemplate 'cpu-digits', which"):
+        local.parse_trainjob(doc, others)
 
 
 def test_a_manifest_without_a_trainjob_says_what_to_pass(tmp_path: pathlib.Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from raytrain_operator.api import crd as crdgen
+from raytrain_operator.api import templates
 from raytrain_operator.api import v1alpha1 as api
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -41,6 +42,13 @@ def _rules(schema: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 def test_committed_crd_matches_the_models() -> None:
     assert CRD_FILE.read_text() == crdgen.render(), (
+        "crds/ drifted from the API models: run `make crds` and commit the result"
+    )
+
+
+def test_committed_template_crds_match_the_models() -> None:
+    path = ROOT / "crds" / "trainjobtemplates.raytrain.dev.yaml"
+    assert path.read_text() == crdgen.render_templates(), (
         "crds/ drifted from the API models: run `make crds` and commit the result"
     )
 
@@ -105,7 +113,7 @@ def test_conditions_are_a_map_keyed_by_type(schema: dict[str, Any]) -> None:
     ("where", "needle"),
     [
         (".spec.storage", "exactly one of storage.pvc"),
-        (".spec.scaling", "set numWorkers for a fixed-size job"),
+        (".spec", "set numWorkers for a fixed-size job"),
         (".spec.scaling", "numWorkers cannot be combined"),
         (".spec.scaling", "minWorkers must be less than or equal"),
         (".spec.scaling", "multiple of spec.scaling.workersPerPod"),
@@ -164,9 +172,10 @@ def test_examples_parse_with_the_models() -> None:
     examples = sorted((ROOT / "examples").glob("*.yaml"))
     assert examples, "examples/ holds no TrainJob"
     for path in examples:
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "TrainJob":
-                api.TrainJob.model_validate(doc)
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        for doc in docs:
+            if doc.get("kind") == "TrainJob":
+                api.TrainJob.model_validate(templates.expand(doc, docs))
 
 
 def test_crd_file_is_valid_yaml() -> None:

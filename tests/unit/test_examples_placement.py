@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from raytrain_operator.api import templates
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.contract import build_contract
@@ -56,9 +57,12 @@ def kwok_gpu_node() -> dict[str, Any]:
 def trainjobs() -> list[tuple[str, dict[str, Any]]]:
     found = []
     for path in sorted((ROOT / "examples").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "TrainJob":
-                found.append((f"{path.name}:{doc['metadata']['name']}", doc))
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        for doc in docs:
+            if doc.get("kind") == "TrainJob":
+                found.append(
+                    (f"{path.name}:{doc['metadata']['name']}", templates.expand(doc, docs))
+                )
     return found
 
 

@@ -57,6 +57,9 @@ must hold those verbs itself (Kubernetes refuses to let a subject grant what it 
 - apiGroups: ["raytrain.dev"]
   resources: ["trainjobs/finalizers"]
   verbs: ["update"]
+- apiGroups: ["raytrain.dev"]
+  resources: ["trainjobtemplates"]
+  verbs: ["get"]
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
@@ -97,7 +100,8 @@ must hold those verbs itself (Kubernetes refuses to let a subject grant what it 
 {{- end }}
 {{- end -}}
 
-{{/* Rules on cluster-scoped objects: kopf lists namespaces and scans CRDs. */}}
+{{/* Rules on cluster-scoped objects: kopf lists namespaces and scans CRDs; the operator reads
+the ClusterTrainJobTemplates jobs name. */}}
 {{- define "raytrain-operator.clusterRules" -}}
 - apiGroups: [""]
   resources: ["namespaces"]
@@ -105,6 +109,9 @@ must hold those verbs itself (Kubernetes refuses to let a subject grant what it 
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+- apiGroups: ["raytrain.dev"]
+  resources: ["clustertrainjobtemplates"]
+  verbs: ["get"]
 {{- if .Values.peering.enabled }}
 - apiGroups: ["kopf.dev"]
   resources: ["clusterkopfpeerings"]

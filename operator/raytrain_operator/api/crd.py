@@ -1,4 +1,4 @@
-"""Generate the TrainJob CustomResourceDefinition from the pydantic models.
+"""Generate the CustomResourceDefinitions (TrainJob and its templates) from the pydantic models.
 
 pydantic's JSON schema is close to, but not, a Kubernetes structural schema: it uses `$ref`,
 `anyOf` for optional fields, `title`s and `additionalProperties: true`. This module rewrites it
@@ -97,9 +97,25 @@ def _structural(schema: Schema, defs: dict[str, Schema]) -> Schema:
     return out
 
 
-def openapi_schema() -> Schema:
-    """The structural OpenAPI v3 schema of a TrainJob, as the CRD carries it."""
-    raw = api.TrainJob.model_json_schema(by_alias=True, mode="validation")
+def _without_defaults(schema: Schema) -> Schema:
+    """The schema with no `default` anywhere: the API server would store each default in the
+    object, and a stored value wins over the template's (the operator applies the same
+    defaults to the spec it runs, the template merged in)."""
+    out: Schema = {}
+    for key, value in schema.items():
+        if key == "default":
+            continue
+        if key == "properties":
+            out[key] = {name: _without_defaults(prop) for name, prop in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            out[key] = _without_defaults(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _object_schema(model: type[Any]) -> Schema:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
     schema = _structural(raw, defs)
     props = schema["properties"]
@@ -109,6 +125,33 @@ def openapi_schema() -> Schema:
     props["kind"] = {"type": "string", "description": props["kind"]["description"]}
     schema["required"] = ["spec"]
     return schema
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def openapi_schema() -> Schema:
+    """The structural OpenAPI v3 schema of a TrainJob, as the CRD carries it."""
+    schema = _object_schema(api.TrainJob)
+    spec = schema["properties"]["spec"]
+    # What a template may set has no default in the schema (see _without_defaults), and what
+    # the job must have is required by a rule that a template satisfies (TrainJobSpec's rules).
+    for name in api.TEMPLATE_FIELDS:
+        key = _camel(name)
+        spec["properties"][key] = _without_defaults(spec["properties"][key])
+    spec["required"] = [
+        r for r in spec.get("required", []) if r not in {_camel(f) for f in api.TEMPLATE_REQUIRED}
+    ]
+    if not spec["required"]:
+        del spec["required"]
+    return schema
+
+
+def template_schema() -> Schema:
+    """The structural OpenAPI v3 schema of a ClusterTrainJobTemplate and a TrainJobTemplate."""
+    return _without_defaults(_object_schema(api.TrainJobTemplate))
 
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
@@ -161,38 +204,90 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
 ]
 
 
-def crd() -> dict[str, Any]:
-    """The whole CustomResourceDefinition object."""
+TEMPLATE_PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {
+        "name": "Image",
+        "type": "string",
+        "jsonPath": ".spec.image",
+        "description": "The trainer runtime image it gives",
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def _crd(
+    kind: str,
+    plural: str,
+    scope: str,
+    schema: Schema,
+    columns: list[dict[str, Any]],
+    short_names: list[str],
+    status: bool,
+) -> dict[str, Any]:
+    version: dict[str, Any] = {
+        "name": api.VERSION,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": schema},
+    }
+    if status:
+        version["subresources"] = {"status": {}}
+    version["additionalPrinterColumns"] = columns
+    names: dict[str, Any] = {
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": plural,
+        "singular": kind.lower(),
+    }
+    if short_names:
+        names["shortNames"] = short_names
+    names["categories"] = list(api.CATEGORIES)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{api.PLURAL}.{api.GROUP}",
+            "name": f"{plural}.{api.GROUP}",
             "labels": {"app.kubernetes.io/name": "raytrain-operator"},
         },
-        "spec": {
-            "group": api.GROUP,
-            "names": {
-                "kind": api.KIND,
-                "listKind": f"{api.KIND}List",
-                "plural": api.PLURAL,
-                "singular": api.SINGULAR,
-                "shortNames": list(api.SHORT_NAMES),
-                "categories": list(api.CATEGORIES),
-            },
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": api.VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": openapi_schema()},
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                }
-            ],
-        },
+        "spec": {"group": api.GROUP, "names": names, "scope": scope, "versions": [version]},
     }
+
+
+def crd() -> dict[str, Any]:
+    """The TrainJob CustomResourceDefinition."""
+    return _crd(
+        api.KIND,
+        api.PLURAL,
+        "Namespaced",
+        openapi_schema(),
+        PRINTER_COLUMNS,
+        list(api.SHORT_NAMES),
+        status=True,
+    )
+
+
+def template_crds() -> list[dict[str, Any]]:
+    """The ClusterTrainJobTemplate (cluster-scoped) and TrainJobTemplate CRDs: one schema."""
+    return [
+        _crd(
+            api.CLUSTER_TEMPLATE_KIND,
+            api.CLUSTER_TEMPLATE_PLURAL,
+            "Cluster",
+            template_schema(),
+            TEMPLATE_PRINTER_COLUMNS,
+            ["ctjt"],
+            status=False,
+        ),
+        _crd(
+            api.TEMPLATE_KIND,
+            api.TEMPLATE_PLURAL,
+            "Namespaced",
+            template_schema(),
+            TEMPLATE_PRINTER_COLUMNS,
+            ["tjt"],
+            status=False,
+        ),
+    ]
 
 
 HEADER = (
@@ -207,26 +302,38 @@ class _NoAliasDumper(yaml.SafeDumper):
         return True
 
 
+def _dump(obj: dict[str, Any]) -> str:
+    return yaml.dump(obj, Dumper=_NoAliasDumper, sort_keys=False, width=100)
+
+
 def render() -> str:
-    """The CRD as the YAML file committed under crds/."""
-    return HEADER + yaml.dump(crd(), Dumper=_NoAliasDumper, sort_keys=False, width=100)
+    """The TrainJob CRD as the YAML file committed under crds/."""
+    return HEADER + _dump(crd())
+
+
+def render_templates() -> str:
+    """The two template CRDs as the YAML file committed under crds/."""
+    return HEADER + "---\n".join(_dump(c) for c in template_crds())
 
 
 def render_chart_template() -> str:
-    """The same CRD as a Helm template, behind `crds.install` so `helm upgrade` updates it and
-    `crds.keep` so `helm uninstall` does not delete every TrainJob with it."""
-    body = yaml.dump(crd(), Dumper=_NoAliasDumper, sort_keys=False, width=100)
-    body = body.replace(
-        "  labels:\n    app.kubernetes.io/name: raytrain-operator\n",
-        "  labels:\n    app.kubernetes.io/name: raytrain-operator\n"
-        "  {{- if .Values.crds.keep }}\n"
-        "  annotations:\n    helm.sh/resource-policy: keep\n"
-        "  {{- end }}\n",
-        1,
-    )
+    """The same CRDs as a Helm template, behind `crds.install` so `helm upgrade` updates them
+    and `crds.keep` so `helm uninstall` does not delete every TrainJob with them."""
+    bodies = []
+    for obj in [crd(), *template_crds()]:
+        bodies.append(
+            _dump(obj).replace(
+                "  labels:\n    app.kubernetes.io/name: raytrain-operator\n",
+                "  labels:\n    app.kubernetes.io/name: raytrain-operator\n"
+                "  {{- if .Values.crds.keep }}\n"
+                "  annotations:\n    helm.sh/resource-policy: keep\n"
+                "  {{- end }}\n",
+                1,
+            )
+        )
     return (
         "{{- /* Generated by `make crds` from operator/raytrain_operator/api/v1alpha1.py. */ -}}\n"
-        "{{- if .Values.crds.install }}\n" + body + "{{- end }}\n"
+        "{{- if .Values.crds.install }}\n" + "---\n".join(bodies) + "{{- end }}\n"
     )
 
 
@@ -234,14 +341,24 @@ def main() -> None:
     import argparse
     import pathlib
 
-    parser = argparse.ArgumentParser(description="Write the TrainJob CRD YAML.")
+    parser = argparse.ArgumentParser(description="Write the CRDs' YAML.")
     parser.add_argument("--out", default="crds/trainjobs.raytrain.dev.yaml")
-    parser.add_argument("--chart", action="store_true", help="write the Helm template form")
+    parser.add_argument(
+        "--templates-out",
+        help="also write the template CRDs here (crds/trainjobtemplates.raytrain.dev.yaml)",
+    )
+    parser.add_argument(
+        "--chart", action="store_true", help="write the Helm template form (all three CRDs)"
+    )
     args = parser.parse_args()
     path = pathlib.Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_chart_template() if args.chart else render())
     print(f"wrote {path}")
+    if args.templates_out:
+        templates = pathlib.Path(args.templates_out)
+        templates.write_text(render_templates())
+        print(f"wrote {templates}")
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ import re
 from enum import Enum
 from typing import Annotated, Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict, JsonValue
+from pydantic.fields import FieldInfo
 
 from raytrain_contract import DEFAULT_TORCH_TIMEOUT_SECONDS
 
@@ -26,6 +27,12 @@ SINGULAR = "trainjob"
 SHORT_NAMES = ["rtj"]
 CATEGORIES = ["raytrain", "ml"]
 API_VERSION = f"{GROUP}/{VERSION}"
+#: Shared defaults a TrainJob names in spec.template: cluster-wide ones (an administrator's) and
+#: namespaced ones (a team's).
+CLUSTER_TEMPLATE_KIND = "ClusterTrainJobTemplate"
+CLUSTER_TEMPLATE_PLURAL = "clustertrainjobtemplates"
+TEMPLATE_KIND = "TrainJobTemplate"
+TEMPLATE_PLURAL = "trainjobtemplates"
 
 #: Longest TrainJob name: every child name (RayJob `<name>-<attempt>`, KubeRay's RayCluster
 #: `<rayjob>-<5 chars>` and its `<raycluster>-head-svc`) must stay within 63 characters.
@@ -848,11 +855,6 @@ class ScalingSpec(_Model):
         json_schema_extra={
             "x-kubernetes-validations": [
                 _rule(
-                    "has(self.numWorkers) || (has(self.minWorkers) && has(self.maxWorkers))",
-                    "spec.scaling: set numWorkers for a fixed-size job, or both minWorkers and "
-                    "maxWorkers for an elastic one",
-                ),
-                _rule(
                     "!has(self.numWorkers) || (!has(self.minWorkers) && !has(self.maxWorkers))",
                     "spec.scaling: numWorkers cannot be combined with minWorkers/maxWorkers; "
                     "remove numWorkers for an elastic job or min/max for a fixed one",
@@ -888,6 +890,17 @@ class ScalingSpec(_Model):
             ]
         }
     )
+
+    @model_validator(mode="after")
+    def _size_set(self) -> ScalingSpec:
+        # The CRD says this at spec level (a template may set the size); the operator checks the
+        # spec it runs, a template's values merged in.
+        if self.num_workers is None and (self.min_workers is None or self.max_workers is None):
+            raise ValueError(
+                "set numWorkers for a fixed-size job, or both minWorkers and maxWorkers for an "
+                "elastic one"
+            )
+        return self
 
     num_workers: int | None = Field(default=None, ge=1, le=10000)
     """Number of training workers for a fixed-size job (ScalingConfig.num_workers)."""
@@ -1355,13 +1368,14 @@ def _worker_resource_rules() -> list[JsonValue]:
         ("cpu", "true", "spec.scaling.resourcesPerWorker.cpu (default 1 per worker)"),
         (
             "memory",
-            "has(self.scaling.resourcesPerWorker) && has(self.scaling.resourcesPerWorker.memory)",
+            "has(self.scaling) && has(self.scaling.resourcesPerWorker) && "
+            "has(self.scaling.resourcesPerWorker.memory)",
             "spec.scaling.resourcesPerWorker.memory",
         ),
         (
             NVIDIA_GPU,
-            "(has(self.scaling.useGpu) && self.scaling.useGpu) || "
-            "(has(self.scaling.resourcesPerWorker) && has(self.scaling.resourcesPerWorker.gpu))",
+            "has(self.scaling) && ((has(self.scaling.useGpu) && self.scaling.useGpu) || "
+            "(has(self.scaling.resourcesPerWorker) && has(self.scaling.resourcesPerWorker.gpu)))",
             "spec.scaling.resourcesPerWorker.gpu (or useGpu)",
         ),
     ):
@@ -1418,6 +1432,52 @@ class ResumeFromSpec(_Model):
     or an absolute path under spec.storage.pvc.mountPath."""
 
 
+class TemplateKind(str, Enum):
+    CLUSTER = CLUSTER_TEMPLATE_KIND
+    NAMESPACED = TEMPLATE_KIND
+
+
+class TemplateRef(_Model):
+    """A ClusterTrainJobTemplate or a TrainJobTemplate (of the job's namespace) whose spec gives
+    this job's defaults: a value the TrainJob sets wins, objects merge field by field (see
+    docs/templates.md for lists)."""
+
+    kind: TemplateKind = TemplateKind.CLUSTER
+    """ClusterTrainJobTemplate (cluster-wide, the default) or TrainJobTemplate (this
+    namespace's)."""
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    """The template's name."""
+
+
+#: Fields a TrainJob must have once its template is merged in; the CRD requires them of a
+#: TrainJob without spec.template.
+TEMPLATE_REQUIRED = ("image", "entrypoint", "scaling", "storage")
+#: The fields a template may set: everything but what is one job's own (suspend, resumeFrom,
+#: datasets, tune, the template reference).
+TEMPLATE_FIELDS = (
+    "image",
+    "image_pull_policy",
+    "entrypoint",
+    "config",
+    "ray_version",
+    "scaling",
+    "torch",
+    "storage",
+    "checkpoint",
+    "failure",
+    "disruption",
+    "backoff_limit",
+    "retry_policy",
+    "head",
+    "worker_template",
+    "network",
+    "queue_name",
+    "active_deadline_seconds",
+    "pre_running_deadline_seconds",
+    "ttl_seconds_after_finished",
+)
+
+
 class TrainJobSpec(_Model):
     """Desired state of a TrainJob."""
 
@@ -1427,7 +1487,7 @@ class TrainJobSpec(_Model):
                 *_worker_resource_rules(),
                 *(
                     _rule(
-                        f"!has(self.storage.pvc) || !has(self.{pod}) || "
+                        f"!has(self.storage) || !has(self.storage.pvc) || !has(self.{pod}) || "
                         f"!has(self.{pod}.volumeMounts) || self.{pod}.volumeMounts.all(m, "
                         f"!({_CLAIM_COLLISION}))",
                         f"spec.{pod}.volumeMounts: a mountPath must not be, hold or nest in "
@@ -1437,8 +1497,23 @@ class TrainJobSpec(_Model):
                     for pod in ("head", "workerTemplate")
                 ),
                 _rule(
+                    "has(self.template) || !has(self.scaling) || has(self.scaling.numWorkers) || "
+                    "(has(self.scaling.minWorkers) && has(self.scaling.maxWorkers))",
+                    "spec.scaling: set numWorkers for a fixed-size job, or both minWorkers and "
+                    "maxWorkers for an elastic one",
+                ),
+                *(
+                    _rule(
+                        f"has(self.template) || has(self.{field})",
+                        f"spec.{field} is required (unless spec.template names a template that "
+                        "sets it)",
+                    )
+                    for field in TEMPLATE_REQUIRED
+                ),
+                _rule(
                     "!has(self.resumeFrom) || !has(self.resumeFrom.checkpoint) || "
-                    "(has(self.storage.s3) ? self.resumeFrom.checkpoint.startsWith('s3://') : "
+                    "!has(self.storage) || (has(self.storage.s3) ? "
+                    "self.resumeFrom.checkpoint.startsWith('s3://') : "
                     "self.resumeFrom.checkpoint.startsWith(self.storage.pvc.mountPath + '/'))",
                     "spec.resumeFrom.checkpoint must be where this job's pods can read it: an "
                     "s3:// URI when spec.storage is s3, a path under spec.storage.pvc.mountPath "
@@ -1533,6 +1608,11 @@ class TrainJobSpec(_Model):
     PreRunningDeadlineExceeded. Time queued in Kueue (RayJob suspended) does not count."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     """Seconds after Succeeded/Failed before the children are deleted; the TrainJob stays."""
+    template: TemplateRef | None = _new()
+    """Defaults from a ClusterTrainJobTemplate or TrainJobTemplate: what this spec leaves out
+    is taken from it. Read when the job starts and kept in status.template, so a later edit of
+    the template never changes this job; cannot change once the job has started (unless it is
+    suspended)."""
 
 
 # ----------------------------------------------------------------------------------- status
@@ -1726,6 +1806,21 @@ class WorkersStatus(_Model):
     """Worker replicas ready."""
 
 
+class TemplateSnapshot(_Model):
+    """A copy of the template a TrainJob started with."""
+
+    kind: str
+    """ClusterTrainJobTemplate or TrainJobTemplate."""
+    name: str
+    """The template's name."""
+    uid: str | None = None
+    """The template object's uid (a template deleted and created again has another)."""
+    resource_version: str | None = None
+    """The template's resourceVersion when it was read."""
+    spec: dict[str, Any] = Field(default_factory=dict, json_schema_extra=PRESERVE)
+    """The template's spec as it was read: the defaults this job runs with."""
+
+
 class TrainJobStatus(_Model):
     """Observed state of a TrainJob."""
 
@@ -1773,6 +1868,13 @@ class TrainJobStatus(_Model):
     resumed_from: str | None = _new()
     """The checkpoint this run started from (spec.resumeFrom, resolved when the first RayJob
     was created); the loop gets it until the run has a checkpoint of its own."""
+    template: TemplateSnapshot | None = _new()
+    """The template of spec.template as this job uses it: read before the first attempt and
+    kept, so the job runs with the same defaults to the end."""
+
+
+#: What a running job cannot change (the checkpoints' place and what reads them).
+IMMUTABLE_ONCE_STARTED = ("image", "entrypoint", "storage", "template")
 
 
 class TrainJob(_Model):
@@ -1795,11 +1897,16 @@ class TrainJob(_Model):
                 ),
                 _rule(
                     "!has(oldSelf.status) || !has(oldSelf.status.startTime) || "
-                    "oldSelf.spec.suspend || (self.spec.image == oldSelf.spec.image && "
-                    "self.spec.entrypoint == oldSelf.spec.entrypoint && "
-                    "self.spec.storage == oldSelf.spec.storage)",
-                    "spec.image, spec.entrypoint and spec.storage are immutable once the job "
-                    "has started; set spec.suspend: true first, or create a new TrainJob",
+                    "(has(oldSelf.spec.suspend) && oldSelf.spec.suspend) || ("
+                    + " && ".join(
+                        f"has(self.spec.{f}) == has(oldSelf.spec.{f}) && "
+                        f"(!has(self.spec.{f}) || self.spec.{f} == oldSelf.spec.{f})"
+                        for f in IMMUTABLE_ONCE_STARTED
+                    )
+                    + ")",
+                    "spec.image, spec.entrypoint, spec.storage and spec.template are immutable "
+                    "once the job has started; set spec.suspend: true first, or create a new "
+                    "TrainJob",
                     reason="FieldValueForbidden",
                     fieldPath=".spec",
                 ),
@@ -1829,3 +1936,42 @@ class TrainJob(_Model):
     """Desired state."""
     status: TrainJobStatus | None = None
     """Observed state."""
+
+
+# --------------------------------------------------------------------------------- templates
+
+
+def _template_spec_fields() -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for name in TEMPLATE_FIELDS:
+        info = TrainJobSpec.model_fields[name]
+        optional = FieldInfo.merge_field_infos(info, default=None)
+        optional.default_factory = None
+        fields[name] = (info.annotation | None, optional)  # type: ignore[operator]
+    return fields
+
+
+#: The spec of a ClusterTrainJobTemplate or TrainJobTemplate: the TrainJob fields a template may
+#: set, all optional, with the TrainJob's descriptions and limits. Nothing here is validated on
+#: its own beyond the CRD's schema: the operator validates each TrainJob's spec once the
+#: template is merged in.
+TrainJobTemplateSpec: type[_Model] = create_model(  # type: ignore[call-overload]
+    "TrainJobTemplateSpec",
+    __base__=_Model,
+    __doc__="Defaults for the TrainJobs that name this template in spec.template.",
+    **_template_spec_fields(),
+)
+
+
+class TrainJobTemplate(_Model):
+    """Defaults shared by TrainJobs: image, pod overrides, storage, network, retry and failure
+    settings. A TrainJob names it in spec.template; its own values win."""
+
+    api_version: str | None = None
+    """APIVersion of this object."""
+    kind: str | None = None
+    """Kind of this object."""
+    metadata: dict[str, Any] | None = None
+    """Standard object metadata."""
+    spec: TrainJobTemplateSpec  # type: ignore[valid-type]
+    """The defaults."""

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from raytrain_operator.api import templates
 from raytrain_operator.api.v1alpha1 import API_VERSION, KIND, TrainJob
 from raytrain_operator.builders.contract import render_contract
 from raytrain_operator.builders.meta import Meta
@@ -68,12 +69,29 @@ def load_manifest(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return trainjob, others
 
 
-def parse_trainjob(doc: Mapping[str, Any]) -> tuple[TrainJob, Meta]:
+def template_spec(doc: Mapping[str, Any], others: list[dict[str, Any]]) -> Mapping[str, Any]:
+    """The spec of the template the TrainJob names, from the manifest's other documents (a
+    local run reads no cluster); {} without spec.template."""
+    found = templates.find_in(doc.get("spec") or {}, others)
+    if found is None:
+        kind, name = templates.reference(doc.get("spec") or {}) or ("", "")
+        raise LocalRunError(
+            f"spec.template names {kind} {name!r}, which is not in the manifest: a local run "
+            "reads no cluster, so add the template to the file as a document of its own (---), "
+            "or remove spec.template"
+        )
+    return found
+
+
+def parse_trainjob(
+    doc: Mapping[str, Any], others: list[dict[str, Any]] | None = None
+) -> tuple[TrainJob, Meta]:
     metadata = dict(doc.get("metadata") or {})
     if not metadata.get("name"):
         raise LocalRunError("metadata.name: the TrainJob has no name; set metadata.name")
+    spec = templates.merge(template_spec(doc, others or []), doc.get("spec") or {})
     try:
-        trainjob = TrainJob.model_validate({"metadata": metadata, "spec": doc.get("spec") or {}})
+        trainjob = TrainJob.model_validate({"metadata": metadata, "spec": spec})
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
@@ -232,7 +250,7 @@ def run_local_command(args: argparse.Namespace) -> int:
     err = sys.stderr
     try:
         doc, others = load_manifest(args.file)
-        trainjob, meta = parse_trainjob(doc)
+        trainjob, meta = parse_trainjob(doc, others)
         storage = local_storage(trainjob, args.storage_path, args.s3_endpoint, pathlib.Path.cwd())
         document, notes = local_contract(
             trainjob,

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from raytrain_operator import k8s
+from raytrain_operator.api import templates
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import CONTRACT_KEY, build_contract_configmap
 from raytrain_operator.builders.meta import Meta
@@ -257,7 +258,9 @@ def resume_source(
         )
     latest = str(latest)
     storage = trainjob.spec.storage
-    source_storage = (source.get("spec") or {}).get("storage") or {}
+    source_storage = (
+        templates.effective_value(source.get("spec") or {}, source_status, "storage") or {}
+    )
     if storage.s3 is not None and not latest.startswith("s3://"):
         return None, (
             "ResumeSourceUnreachable",

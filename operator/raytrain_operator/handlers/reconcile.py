@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from raytrain_contract.timefmt import parse_rfc3339
 from raytrain_operator import k8s, metrics
+from raytrain_operator.api import templates
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import build_contract_configmap
 from raytrain_operator.builders.meta import LABEL_ATTEMPT, LABEL_TRAINJOB, Meta
@@ -29,6 +30,7 @@ from raytrain_operator.builders.names import name_problems, rayjob_name
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
 from raytrain_operator.handlers import apply, preflight
+from raytrain_operator.handlers import templates as template_reader
 from raytrain_operator.handlers.wake import WAKER
 from raytrain_operator.settings import CONFIG
 from raytrain_operator.status import conditions, machine, triage
@@ -74,10 +76,14 @@ _parsed: dict[tuple[Any, ...], tuple[TrainJob | None, str | None]] = {}
 PARSED_MAX = 8192
 
 
-def parse_cached(body: Mapping[str, Any]) -> tuple[TrainJob | None, str | None]:
+def parse_cached(
+    body: Mapping[str, Any], template: Mapping[str, Any] | None = None
+) -> tuple[TrainJob | None, str | None]:
     """parse(), once per uid and generation (and labels and annotations, which the builders
-    copy): the spec of one generation never changes. A pass must not change the model."""
+    copy, and the template's version): the spec of one generation never changes. A pass must
+    not change the model."""
     metadata = body.get("metadata") or {}
+    snap = template or {}
     # Hashes, not the strings: the key must not keep old annotations (kopf's copy of the
     # spec among them) alive.
     key = (
@@ -86,12 +92,16 @@ def parse_cached(body: Mapping[str, Any]) -> tuple[TrainJob | None, str | None]:
         metadata.get("name"),
         hash(tuple(sorted((metadata.get("labels") or {}).items()))),
         hash(tuple(sorted((metadata.get("annotations") or {}).items()))),
+        snap.get("kind"),
+        snap.get("name"),
+        snap.get("uid"),
+        snap.get("resourceVersion"),
     )
     with _locks_guard:
         found = _parsed.get(key)
     if found is not None:
         return found
-    result = parse(body)
+    result = parse(body, snap.get("spec") or {})
     with _locks_guard:
         if len(_parsed) >= PARSED_MAX:
             _parsed.clear()
@@ -99,16 +109,26 @@ def parse_cached(body: Mapping[str, Any]) -> tuple[TrainJob | None, str | None]:
     return result
 
 
-def parse(body: Mapping[str, Any]) -> tuple[TrainJob | None, str | None]:
-    """The TrainJob model, or the reason the spec cannot be used (names the field)."""
+def parse(
+    body: Mapping[str, Any], template: Mapping[str, Any] | None = None
+) -> tuple[TrainJob | None, str | None]:
+    """The TrainJob model of ``body`` (its spec: the TrainJob's own, ``template``'s spec
+    merged in), or the reason the spec cannot be used (names the field, and the template when
+    the field came from it)."""
+    own = dict(body.get("spec") or {})
+    template = template or {}
+    spec = templates.merge(template, own) if template else own
     try:
         trainjob = TrainJob.model_validate(
-            {"metadata": dict(body.get("metadata") or {}), "spec": dict(body.get("spec") or {})}
+            {"metadata": dict(body.get("metadata") or {}), "spec": spec}
         )
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        return None, f"{where}: {first['msg']}; fix this field of the TrainJob"
+        loc = tuple(first["loc"])
+        where = ".".join(str(p) for p in loc)
+        origin = templates.field_origin(own, template, loc[1:] if loc[:1] == ("spec",) else loc)
+        fix = "fix this field of the template" if origin else "fix this field of the TrainJob"
+        return None, f"{where}{origin}: {first['msg']}; {fix}"
     meta = Meta.from_metadata(body["metadata"])
     problems = name_problems(meta.name)
     if problems:
@@ -319,7 +339,12 @@ def _locked_pass(
 ) -> machine.Plan:
     status: dict[str, Any] = dict(body.get("status") or {})
     WAKER.saw_report(meta.namespace, meta.name, status.get("trainerStatus"))
-    trainjob, spec_problem = parse_cached(body)
+    resolved = template_reader.resolve(meta.namespace, body.get("spec") or {}, status)
+    snapshot = resolved.snapshot if resolved.write else status.get("template")
+    trainjob, spec_problem = parse_cached(body, snapshot)
+    spec_problem_reason = "InvalidSpec"
+    if resolved.problem is not None:
+        spec_problem, spec_problem_reason = resolved.problem, "TemplateUnavailable"
     now = machine.now_utc()
 
     rayjob = None
@@ -365,6 +390,7 @@ def _locked_pass(
         highest_attempt=highest,
         preflight_problem=problem,
         spec_problem=spec_problem,
+        spec_problem_reason=spec_problem_reason,
         cluster_problem=trouble,
         attempt_pods=pods,
         attempt_events=events,
@@ -396,6 +422,9 @@ def _locked_pass(
     for key, value in plan.status.items():
         if status.get(key) != value:
             patch.status[key] = value
+    if resolved.write:
+        # The template as this pass used it; kept from the first attempt on (handlers/templates).
+        patch.status["template"] = resolved.snapshot
     if plan.attempt_failure is not None:
         announce_failure(body, meta, attempt, plan.attempt_failure)
     for t in plan.transitions:

@@ -21,6 +21,7 @@ from typing import Any
 import kopf
 
 from raytrain_operator import metrics
+from raytrain_operator.api import templates
 from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator.handlers.reconcile import forget, reconcile
 from raytrain_operator.handlers.wake import WAKER
@@ -61,9 +62,8 @@ def on_change(
 
 def needs_operator(status: kopf.Status, spec: kopf.Spec, meta: kopf.Meta, **_: Any) -> bool:
     """The resync timer's filter: this job is not finished, or its TTL clean-up is pending."""
-    return machine.needs_operator(
-        status, spec.get("ttlSecondsAfterFinished"), meta.get("annotations") or {}
-    )
+    ttl = templates.effective_value(spec, status, "ttlSecondsAfterFinished")
+    return machine.needs_operator(status, ttl, meta.get("annotations") or {})
 
 
 @kopf.timer(

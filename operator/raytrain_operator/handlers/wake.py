@@ -35,6 +35,7 @@ from typing import Any, cast
 import kopf
 
 from raytrain_operator import k8s, metrics
+from raytrain_operator.api import templates
 from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator.builders.meta import LABEL_TRAINJOB
 from raytrain_operator.k8s import RAY_GROUP, RAY_VERSION, RAYJOBS
@@ -202,9 +203,10 @@ def run_pass(key: Key) -> None:
         return
     metadata = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
     if metadata.get("deletionTimestamp") or not machine.needs_operator(
-        obj.get("status") or {},
-        spec.get("ttlSecondsAfterFinished"),
+        status,
+        templates.effective_value(spec, status, "ttlSecondsAfterFinished"),
         metadata.get("annotations") or {},
     ):
         return
@@ -273,9 +275,8 @@ def rayjob_changed(
 
 
 def _needs_operator(status: kopf.Status, spec: kopf.Spec, meta: kopf.Meta, **_: Any) -> bool:
-    return machine.needs_operator(
-        status, spec.get("ttlSecondsAfterFinished"), meta.get("annotations") or {}
-    )
+    ttl = templates.effective_value(spec, status, "ttlSecondsAfterFinished")
+    return machine.needs_operator(status, ttl, meta.get("annotations") or {})
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="wake-on-report", when=_needs_operator)

@@ -116,6 +116,8 @@ class Observation:
     preflight_problem: tuple[str, str] | None = None
     #: Why the spec can never be built (invalid quantity...), or None.
     spec_problem: str | None = None
+    #: The Stalled condition's reason for spec_problem.
+    spec_problem_reason: str = "InvalidSpec"
     #: A child's name is taken by an object this TrainJob does not own (the message), or None.
     conflict: str | None = None
     #: The API server refused a child (reason, message with the API's own words), or None.
@@ -341,8 +343,9 @@ def plan(obs: Observation) -> Plan:
 
     tj = obs.trainjob
     if tj is None or obs.spec_problem:
-        b.set(c.STALLED, True, "InvalidSpec", obs.spec_problem or "the spec could not be parsed")
-        b.set(c.CREATED, False, "InvalidSpec", "no RayJob is created until the spec is fixed")
+        reason = obs.spec_problem_reason if obs.spec_problem else "InvalidSpec"
+        b.set(c.STALLED, True, reason, obs.spec_problem or "the spec could not be parsed")
+        b.set(c.CREATED, False, reason, "no RayJob is created until the spec is fixed")
         return b.finish(STALLED)
 
     spec = tj.spec
