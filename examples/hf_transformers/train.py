@@ -76,8 +76,19 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     eval_set = CountingSequences(max(1, samples // 4), seq_len=seq_len, vocab=vocab, seed=seed + 1)
 
     # The Trainer's own checkpoints go to a directory of this worker; RayTrainReportCallback
-    # copies each one into the run's storage.
-    output_dir = tempfile.mkdtemp(prefix="hf-trainer-")
+    # copies each one into the run's storage. The directory goes when the loop ends, whatever
+    # way it ends: the run's storage holds what must be kept.
+    with tempfile.TemporaryDirectory(prefix="hf-trainer-") as output_dir:
+        _train(config, output_dir, train_set, eval_set, seed)
+
+
+def _train(
+    config: dict[str, Any],
+    output_dir: str,
+    train_set: CountingSequences,
+    eval_set: CountingSequences,
+    seed: int,
+) -> None:
     args = transformers.TrainingArguments(
         output_dir=output_dir,
         num_train_epochs=int(config.get("epochs", 3)),

@@ -20,6 +20,14 @@ def is_trainjob(doc: Mapping[str, Any]) -> bool:
     return doc.get("kind") == api.KIND and doc.get("apiVersion") == api.API_VERSION
 
 
+def is_template(doc: Mapping[str, Any]) -> bool:
+    """A ClusterTrainJobTemplate or a TrainJobTemplate (docs/templates.md)."""
+    return doc.get("apiVersion") == api.API_VERSION and doc.get("kind") in (
+        api.CLUSTER_TEMPLATE_KIND,
+        api.TEMPLATE_KIND,
+    )
+
+
 def read_documents(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every non-empty YAML document of a file (`-` reads standard input)."""
     import sys

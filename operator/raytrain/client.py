@@ -40,6 +40,7 @@ from raytrain.errors import (
     WaitTimeoutError,
 )
 from raytrain.models import Checkpoints, Event, TrainJob
+from raytrain_operator.api import templates
 from raytrain_operator.api import v1alpha1 as api
 from raytrain_operator.builders import reader
 from raytrain_operator.builders.meta import Meta
@@ -237,6 +238,8 @@ class TrainJobClient:
                 if not exist_ok:
                     raise
             return {"kind": str(kind), "name": str(label), "namespace": ns}
+        if _manifest.is_template(doc):
+            return self._create_template(doc, namespace, exist_ok)
         ns = self._target_namespace(doc, namespace)
         try:
             with self._api(f"creating {kind} {ns}/{label}", ns):
@@ -255,6 +258,52 @@ class TrainJobClient:
                 messages = "; ".join(api_message(e) for e in failures)
                 raise InvalidJobError(f"{kind} {label!r} was refused: {messages}") from exc
         return {"kind": str(kind), "name": str(label), "namespace": ns}
+
+    def _create_template(
+        self, doc: dict[str, Any], namespace: str | None, exist_ok: bool
+    ) -> dict[str, str]:
+        """A ClusterTrainJobTemplate (cluster-scoped) or a TrainJobTemplate: the kubernetes
+        client's create_from_dict knows only built-in kinds."""
+        kind, label = str(doc["kind"]), str(doc["metadata"].get("name", "?"))
+        cluster = kind == api.CLUSTER_TEMPLATE_KIND
+        ns = "" if cluster else self._target_namespace(doc, namespace)
+        plural = api.CLUSTER_TEMPLATE_PLURAL if cluster else api.TEMPLATE_PLURAL
+        where = f"{kind} {label}" if cluster else f"{kind} {ns}/{label}"
+        try:
+            if cluster:
+                self._custom.create_cluster_custom_object(api.GROUP, api.VERSION, plural, doc)
+            else:
+                self._custom.create_namespaced_custom_object(
+                    api.GROUP, api.VERSION, ns, plural, doc
+                )
+        except ApiException as exc:
+            if exc.status == 409 and exist_ok:
+                return {"kind": kind, "name": label, "namespace": ns}
+            if exc.status == 409:
+                raise JobExistsError(
+                    f"{where} already exists; delete it first or give the new one another name"
+                ) from exc
+            if exc.status == 404 and not not_found_details(exc):
+                raise CRDNotInstalledError(
+                    f"creating {where}: the cluster ({self._conn.where}) does not serve "
+                    f"{plural}.{api.GROUP}/{api.VERSION}; install the CRDs (kubectl apply "
+                    "--server-side -f crds/, or the helm chart)"
+                ) from exc
+            if exc.status == 403:
+                who = "a cluster administrator's right" if cluster else f"namespace {ns!r}"
+                raise RayTrainError(
+                    f"creating {where}: forbidden ({self._conn.where}): {api_message(exc)}; "
+                    f"it needs create on {plural}.{api.GROUP} ({who})"
+                ) from exc
+            if exc.status in (400, 422):
+                raise InvalidJobError(f"{where} was refused: {api_message(exc)}") from exc
+            raise RayTrainError(f"creating {where}: {api_message(exc)}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise ClusterUnreachableError(
+                f"creating {where}: the Kubernetes API server did not answer "
+                f"({self._conn.where}): {exc}"
+            ) from exc
+        return {"kind": kind, "name": label, "namespace": ns}
 
     def get_job(self, name: str, *, namespace: str | None = None) -> TrainJob:
         """One TrainJob; JobNotFoundError (a LookupError) when there is none of that name."""
@@ -543,8 +592,10 @@ class TrainJobClient:
         meta = Meta.from_metadata(obj.get("metadata") or {})
         name = meta.name
         try:
+            # The spec the job runs with: its template's copy (status.template) merged in.
+            effective = templates.effective_spec(obj.get("spec") or {}, obj.get("status") or {})
             spec = api.TrainJob.model_validate(
-                {"metadata": obj.get("metadata") or {}, "spec": obj.get("spec") or {}}
+                {"metadata": obj.get("metadata") or {}, "spec": effective}
             ).spec
         except pydantic.ValidationError as exc:
             first = exc.errors()[0]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raytrain_contract.timefmt import parse_rfc3339
+from raytrain_operator.api import templates
 
 Obj = Mapping[str, Any]
 
@@ -86,7 +87,11 @@ class Checkpoints:
     @classmethod
     def from_object(cls, obj: Obj) -> Checkpoints:
         ckpt = (obj.get("status") or {}).get("checkpoint") or {}
-        storage = (obj.get("spec") or {}).get("storage") or {}
+        # From the template's copy in status when the job leaves storage to its template.
+        storage = (
+            templates.effective_value(obj.get("spec") or {}, obj.get("status") or {}, "storage")
+            or {}
+        )
         if "s3" in storage:
             where = _str((storage.get("s3") or {}).get("uri"))
         elif "pvc" in storage:

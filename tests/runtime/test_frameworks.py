@@ -12,6 +12,7 @@ the checkpoints reach the status the operator shows.
 from __future__ import annotations
 
 import math
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,8 @@ def test_transformers_trainer_reports_progress_and_checkpoints_and_resumes(
     make_doc: Any, tmp_path: Path
 ) -> None:
     config = {"lr": 0.01, "batch_size": 32, "samples": 256, "seq_len": 16, "vocab": 32}
+    scratch = Path(tempfile.gettempdir())
+    before = set(scratch.glob("hf-trainer-*"))
     first, last = two_then_three(
         make_doc, tmp_path / "store", "hf",
         "examples.hf_transformers.train:train_loop_per_worker", config,
@@ -107,6 +110,8 @@ def test_transformers_trainer_reports_progress_and_checkpoints_and_resumes(
     losses = [r["metrics"]["eval_loss"] for r in first]
     assert losses[1] < losses[0] < math.log(32), losses
     assert last["metrics"]["eval_loss"] < losses[1]
+    # The Trainer's own output directory is the worker's scratch space, gone after each run.
+    assert set(scratch.glob("hf-trainer-*")) - before == set()
 
 
 @pytest.mark.timeout(600)

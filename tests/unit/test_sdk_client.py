@@ -78,6 +78,10 @@ class FakeCustom:
         self.objects[(ns, name)] = obj
         return obj
 
+    def create_cluster_custom_object(self, g: str, v: str, p: str, body: Any) -> Any:
+        self._check()
+        return self.create_namespaced_custom_object(g, v, "", p, body)
+
     def patch_namespaced_custom_object(
         self, g: str, v: str, ns: str, p: str, name: str, body: Any
     ) -> Any:
@@ -179,6 +183,36 @@ def test_train_of_the_example_file_creates_its_secret_first(
     assert sdk.train(REPO / "examples" / "digits.yaml") == "digits"
     assert others == [("Secret", "team-a")]
     assert custom.created[0]["spec"]["config"]["epochs"] == 8
+
+
+def test_train_of_the_template_example_creates_the_template_first(
+    fakes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sdk, custom, _ = fakes
+    monkeypatch.setattr("kubernetes.utils.create_from_dict", lambda *a, **kw: None)
+    assert sdk.train(REPO / "examples" / "template.yaml") == "digits-from-template"
+    assert [c["kind"] for c in custom.created] == ["ClusterTrainJobTemplate", "TrainJob"]
+    assert ("", "cpu-digits") in custom.objects  # cluster-scoped: no namespace
+    # Once there, a second submission leaves the template as it is.
+    custom.objects.pop(("team-a", "digits-from-template"))
+    assert sdk.train(REPO / "examples" / "template.yaml") == "digits-from-template"
+
+
+def test_checkpoints_of_a_job_whose_storage_comes_from_its_template(fakes: Any) -> None:
+    sdk, custom, _ = fakes
+    custom.objects[("team-a", "t")] = {
+        "metadata": {"name": "t", "namespace": "team-a"},
+        "spec": {"template": {"name": "defaults"}, "scaling": {"numWorkers": 1}},
+        "status": {
+            "template": {
+                "kind": "ClusterTrainJobTemplate",
+                "name": "defaults",
+                "spec": {"storage": {"s3": {"uri": "s3://team/ckpt"}}},
+            },
+            "checkpoint": {"latestURI": "s3://team/ckpt/run/checkpoint_000001", "count": 1},
+        },
+    }
+    assert sdk.get_checkpoints("t").storage == "s3://team/ckpt"
 
 
 def test_a_second_train_of_the_same_name_says_delete_or_rename(fakes: Any) -> None:
