@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from raytrain_operator.api.v1alpha1 import TrainJob
+
 pytestmark = pytest.mark.integration
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -58,7 +60,11 @@ S3 = {"uri": "s3://raytrain/checkpoints"}
 
 # (id, mutation, words the refusal must contain)
 CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
-    ("no-storage", [_set("spec.storage", DELETE)], ["spec.storage", "Required value"]),
+    (
+        "no-storage",
+        [_set("spec.storage", DELETE)],
+        ["spec.storage is required (unless spec.template"],
+    ),
     ("empty-storage", [_set("spec.storage", {})], ["exactly one of storage.pvc", "storage.s3"]),
     (
         "two-storages",
@@ -66,7 +72,11 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
         ["spec.storage", "exactly one of storage.pvc"],
     ),
     ("empty-scaling", [_set("spec.scaling", {})], ["spec.scaling", "set numWorkers"]),
-    ("no-scaling", [_set("spec.scaling", DELETE)], ["spec.scaling", "Required value"]),
+    (
+        "no-scaling",
+        [_set("spec.scaling", DELETE)],
+        ["spec.scaling is required (unless spec.template"],
+    ),
     (
         "zero-workers",
         [_set("spec.scaling.numWorkers", 0)],
@@ -167,8 +177,12 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
         [_set("spec.entrypoint", "python train.py --epochs 3")],
         ["spec.entrypoint must be module:function"],
     ),
-    ("no-entrypoint", [_set("spec.entrypoint", DELETE)], ["spec.entrypoint", "Required value"]),
-    ("no-image", [_set("spec.image", DELETE)], ["spec.image", "Required value"]),
+    (
+        "no-entrypoint",
+        [_set("spec.entrypoint", DELETE)],
+        ["spec.entrypoint is required (unless spec.template"],
+    ),
+    ("no-image", [_set("spec.image", DELETE)], ["spec.image is required (unless spec.template"]),
     ("empty-image", [_set("spec.image", "")], ["spec.image", "at least 1"]),
     (
         "bad-pull-policy",
@@ -520,10 +534,15 @@ def test_valid_manifest_is_accepted(kube_cluster: Any, namespace: str) -> None:
     got = json.loads(
         kube_cluster.kubectl("get", "rtj", "bad-input", "-n", namespace, "-o", "json").stdout
     )
-    # Defaults from the schema are applied by the server.
-    assert got["spec"]["scaling"]["workersPerPod"] == 1
-    assert got["spec"]["scaling"]["placementStrategy"] == "PACK"
-    assert got["spec"]["backoffLimit"] == 0
+    # The server stores no default for what a template may set (a stored default would hide
+    # the template's value); the operator applies them to the spec it runs.
+    assert "workersPerPod" not in got["spec"]["scaling"]
+    assert "placementStrategy" not in got["spec"]["scaling"]
+    assert "backoffLimit" not in got["spec"]
+    assert got["spec"]["suspend"] is False  # not a template's: still defaulted
+    spec = TrainJob.model_validate(got).spec
+    assert (spec.scaling.workers_per_pod, spec.backoff_limit) == (1, 0)
+    assert spec.scaling.placement_strategy.value == "PACK"
 
 
 def test_a_retry_policy_is_accepted_as_written(kube_cluster: Any, namespace: str) -> None:

@@ -142,12 +142,11 @@ def test_a_job_is_built_from_its_template_and_keeps_the_copy_it_started_with(
         "patch", "trainjob", name, "-n", ns, "--type=merge",
         "-p", json.dumps({"spec": {"config": {"epochs": 3}}}),
     )  # fmt: skip
+    # A running job's spec edit waits for the next attempt: the pass over generation 2 says so
+    # in Reconciling (SpecChangePending), about that generation.
     wait_for(
         lambda: (
-            (get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {})
-            .get("status", {})
-            .get("observedGeneration")
-            == 2
+            (condition(kube_cluster, ns, name, "Reconciling") or {}).get("observedGeneration") == 2
         ),
         T_CREATE,
         "the pass over generation 2",
