@@ -18,6 +18,7 @@ Config keys: ``epochs``, ``lr``, ``batch_size``, ``hidden``, ``seed``. Needs the
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
 import lightning.pytorch as pl
@@ -72,13 +73,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     val_loader = DataLoader(val_set, batch_size=256)
     model = DigitsClassifier(int(config.get("hidden", 128)), float(config.get("lr", 0.05)))
 
+    report = RayTrainReportCallback()
     trainer = pl.Trainer(
         max_epochs=int(config.get("epochs", 5)),
         accelerator="cpu",
         devices="auto",
         strategy=RayDDPStrategy(),
         plugins=[RayLightningEnvironment()],
-        callbacks=[RayTrainReportCallback()],
+        callbacks=[report],
         # RayTrainReportCallback writes the checkpoints, Ray Train keeps them.
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -87,10 +89,16 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     )
     trainer = prepare_trainer(trainer)
 
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None:
-        trainer.fit(model, train_loader, val_loader)
-        return
-    with checkpoint.as_directory() as d:
-        path = os.path.join(d, RayTrainReportCallback.CHECKPOINT_NAME)
-        trainer.fit(model, train_loader, val_loader, ckpt_path=path)
+    try:
+        checkpoint = ray.train.get_checkpoint()
+        if checkpoint is None:
+            trainer.fit(model, train_loader, val_loader)
+            return
+        with checkpoint.as_directory() as d:
+            path = os.path.join(d, RayTrainReportCallback.CHECKPOINT_NAME)
+            trainer.fit(model, train_loader, val_loader, ckpt_path=path)
+    finally:
+        # The callback saves each epoch under a scratch directory of this worker and reports it
+        # (Ray Train copies it into the run's storage); it removes each epoch's directory but
+        # leaves their parent behind.
+        shutil.rmtree(report.tmpdir_prefix, ignore_errors=True)

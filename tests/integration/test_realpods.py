@@ -144,9 +144,46 @@ def test_the_operator_runs_as_a_pod_on_the_real_node(real_world: RealWorld) -> N
     assert container["image"].endswith(real_world.images.operator_image.split("/", 1)[1])
 
 
+CACHE = {"name": "dataset-cache", "emptyDir": {"sizeLimit": "1Gi"}}
+CACHE_MOUNT = {"name": "dataset-cache", "mountPath": "/cache"}
+
+
+def _through_a_template(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The example's TrainJob split the way a platform team would: a TrainJobTemplate with the
+    image, loop, storage, placement and a dataset-cache volume on the workers, and a job that
+    sets only its config and its number of workers."""
+    out: list[dict[str, Any]] = []
+    for doc in docs:
+        if doc.get("kind") != "TrainJob":
+            out.append(doc)
+            continue
+        spec = doc["spec"]
+        defaults = {k: v for k, v in spec.items() if k not in ("config", "scaling")}
+        defaults["scaling"] = {k: v for k, v in spec["scaling"].items() if k != "numWorkers"}
+        defaults["workerTemplate"] = {
+            **spec["workerTemplate"], "volumes": [CACHE], "volumeMounts": [CACHE_MOUNT],
+        }  # fmt: skip
+        out.append({
+            "apiVersion": "raytrain.dev/v1alpha1",
+            "kind": "TrainJobTemplate",
+            "metadata": {"name": "digits-defaults"},
+            "spec": defaults,
+        })  # fmt: skip
+        job = {
+            "template": {"kind": "TrainJobTemplate", "name": "digits-defaults"},
+            "config": spec["config"],
+            "scaling": {"numWorkers": spec["scaling"]["numWorkers"]},
+        }
+        out.append({**doc, "spec": job})
+    return out
+
+
 def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespace: str) -> None:
+    """The digits example, its defaults in a TrainJobTemplate (docs/templates.md): the job's
+    pods run with what the template gives, a volume of the pod surface among it."""
     cluster = real_world.cluster
-    _apply_digits(real_world, namespace, "digits", epochs=3)
+    for doc in _through_a_template(trainjob_on_real_node(DIGITS, name="digits", epochs=3)):
+        cluster.apply(doc, namespace=namespace)
 
     running = wait_for(
         lambda: _running_ray_pods(real_world, namespace, "digits"),
@@ -156,6 +193,16 @@ def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespac
     assert {p["spec"]["nodeName"] for p in running} == {NODE}
     roles = sorted(p["metadata"]["labels"].get("ray.io/node-type", "") for p in running)
     assert roles.count("head") == 1 and roles.count("worker") == 2, roles
+    for pod in running:
+        if pod["metadata"]["labels"].get("ray.io/node-type") != "worker":
+            continue
+        assert CACHE in pod["spec"]["volumes"], pod["spec"]["volumes"]
+        ray = next(c for c in pod["spec"]["containers"] if c["name"] == "ray-worker")
+        assert {"name": "dataset-cache", "mountPath": "/cache"} in [
+            {k: m[k] for k in ("name", "mountPath")} for m in ray["volumeMounts"]
+        ]
+    kept = _trainjob(real_world, namespace, "digits")["status"]["template"]
+    assert (kept["kind"], kept["name"]) == ("TrainJobTemplate", "digits-defaults")
 
     # What a user types to wait for the end.
     waited = cluster.kubectl(

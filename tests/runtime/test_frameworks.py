@@ -119,6 +119,8 @@ def test_lightning_trainer_reports_progress_and_checkpoints_and_resumes(
     make_doc: Any, tmp_path: Path
 ) -> None:
     config = {"lr": 0.05, "batch_size": 64, "hidden": 64}
+    scratch = Path(tempfile.gettempdir())
+    before = set(scratch.glob("lightning_checkpoints-*"))
     first, last = two_then_three(
         make_doc, tmp_path / "store", "lightning",
         "examples.lightning_digits.train:train_loop_per_worker", config,
@@ -126,3 +128,5 @@ def test_lightning_trainer_reports_progress_and_checkpoints_and_resumes(
     assert {"train_loss", "val_loss", "val_accuracy"} <= set(first[0]["metrics"])
     assert first[1]["metrics"]["val_loss"] < first[0]["metrics"]["val_loss"]
     assert last["metrics"]["val_accuracy"] > 0.8, last["metrics"]
+    # The report callback's scratch directories of each worker are gone after each run.
+    assert set(scratch.glob("lightning_checkpoints-*")) - before == set()
