@@ -79,12 +79,16 @@ lint: install
 	$(PYTHON) -c 'from importlinter.cli import lint_imports_command; lint_imports_command()'
 
 # pytest exits 5 when it collects no test, so a suite that runs nothing fails here too.
-# --durations: the log of every run names its slowest tests, CI's included.
+# --durations: the log of every run names its slowest tests, CI's included. TEST_MARKERS
+# leaves out what only `make test-faults` and `make test-pending` run (tests/integration/
+# conftest.py and pyproject.toml name the markers).
+TEST_MARKERS ?= not realpods_pending and not realpods_preemption and not realpods_second_cluster
 test: install prereqs lint
-	$(NETNS) $(PYTHON) -m pytest --durations=40 $(PYTEST_ARGS)
+	$(NETNS) $(PYTHON) -m pytest --durations=40 -m '$(TEST_MARKERS)' $(PYTEST_ARGS)
 
-# The real-pod fault tests alone (docs/real-node.md): `make test` runs those of
-# test_realpods.py with the rest; the evictions and the drain of test_realpods_preemption.py
+# The real-pod fault tests alone (docs/real-node.md): `make test` runs the deleted worker pod
+# with the rest; the deleted head pod and the suspend and resume (marker
+# realpods_second_cluster) and the evictions and the drain of test_realpods_preemption.py
 # (marker realpods_preemption) run only here.
 test-faults: install prereqs
 	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py tests/integration/test_realpods_preemption.py

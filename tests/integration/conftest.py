@@ -237,6 +237,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "integration: needs the local control plane (Go toolchain, or RAYTRAIN_KUBECONFIG)",
     )
+    config.addinivalue_line(
+        "markers",
+        "realpods_second_cluster: real-pod faults whose recovery starts a second Ray cluster "
+        "(the head pod deleted, a suspend and resume; about 6 minutes each): make test-faults "
+        "runs them, make test leaves them out to stay within CI's time",
+    )
     config.stash[_SESSION_KEY] = _ClusterSession(config)
 
 

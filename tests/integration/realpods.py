@@ -87,8 +87,16 @@ def built_images() -> Images:
     )
 
 
+_IMPORTED: set[tuple[str, str]] = set()
+
+
 def import_images(images: Images) -> None:
+    """Import the archives into the real node's containerd, once per cluster and archive in a
+    session: each module of real-pod tests asks, and the runtime image takes minutes."""
+    cluster = os.environ.get("RAYTRAIN_CLUSTER", "")
     for archive in (images.operator_archive, images.runtime_archive):
+        if (cluster, str(archive)) in _IMPORTED:
+            continue
         proc = subprocess.run(
             ["bash", str(CLUSTER_SH), "import-image", str(archive)],
             capture_output=True,
@@ -97,6 +105,7 @@ def import_images(images: Images) -> None:
         )
         if proc.returncode != 0:
             raise AssertionError(f"importing {archive} failed:\n{proc.stderr[-3000:]}")
+        _IMPORTED.add((cluster, str(archive)))
 
 
 def helm_binary() -> str:

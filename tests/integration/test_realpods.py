@@ -350,6 +350,7 @@ def test_a_deleted_worker_pod_resumes_from_the_latest_checkpoint(
 
 
 @pytest.mark.realpods_faults
+@pytest.mark.realpods_second_cluster
 def test_a_deleted_head_pod_retries_and_continues_from_the_latest_checkpoint(
     real_world: RealWorld, namespace: str
 ) -> None:
@@ -386,6 +387,7 @@ def test_a_deleted_head_pod_retries_and_continues_from_the_latest_checkpoint(
 
 
 @pytest.mark.realpods_faults
+@pytest.mark.realpods_second_cluster
 def test_suspend_takes_a_checkpoint_removes_the_pods_and_resume_continues(
     real_world: RealWorld, namespace: str
 ) -> None:
