@@ -247,16 +247,22 @@ def test_a_pass_builds_from_the_template_and_records_it(api: Templates, passes: 
     assert snap["spec"] == TEMPLATE_SPEC
 
 
+def stalled_pass(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One create pass that must stall: its Stalled condition and its status patch."""
+    patch = kopf.Patch()
+    plan = reconcile.reconcile("create", body(spec), patch, LOG, {}, {})
+    assert plan.phase == "Stalled"
+    status = dict(patch["status"])
+    return next(c for c in status["conditions"] if c["type"] == "Stalled"), status
+
+
 def test_a_pass_without_its_template_stalls_with_the_reason(
     api: Templates, passes: list[Any]
 ) -> None:
-    patch = kopf.Patch()
-    plan = reconcile.reconcile("create", body(job_spec()), patch, LOG, {}, {})
-    assert plan.phase == "Stalled"
-    stalled = next(c for c in patch["status"]["conditions"] if c["type"] == "Stalled")
+    stalled, status = stalled_pass(job_spec())
     assert stalled["reason"] == "TemplateUnavailable"
     assert "'team-gpu' not found" in stalled["message"]
-    assert "template" not in patch["status"]
+    assert "template" not in status
 
 
 def test_a_bad_value_from_the_template_is_blamed_on_the_template(
@@ -264,18 +270,13 @@ def test_a_bad_value_from_the_template_is_blamed_on_the_template(
 ) -> None:
     bad = {**TEMPLATE_SPEC, "backoffLimit": 1000}
     api.objects[("ClusterTrainJobTemplate", "", "team-gpu")] = template_obj(bad)
-    patch = kopf.Patch()
-    plan = reconcile.reconcile("create", body(job_spec()), patch, LOG, {}, {})
-    assert plan.phase == "Stalled"
-    stalled = next(c for c in patch["status"]["conditions"] if c["type"] == "Stalled")
+    stalled, _ = stalled_pass(job_spec())
     assert stalled["reason"] == "InvalidSpec"
     assert "spec.backoffLimit (from ClusterTrainJobTemplate team-gpu)" in stalled["message"]
     assert "fix this field of the template" in stalled["message"]
     # The job's own value is the job's fault.
     reconcile._parsed.clear()
-    patch = kopf.Patch()
-    reconcile.reconcile("create", body(job_spec(backoffLimit=1000)), patch, LOG, {}, {})
-    stalled = next(c for c in patch["status"]["conditions"] if c["type"] == "Stalled")
+    stalled, _ = stalled_pass(job_spec(backoffLimit=1000))
     assert "spec.backoffLimit:" in stalled["message"]
     assert "fix this field of the TrainJob" in stalled["message"]
 

@@ -25,9 +25,9 @@ from raytrain_operator.api.v1alpha1 import (
 class Resolved:
     """What a pass runs with."""
 
-    #: The spec with the template merged in (the TrainJob's own spec without a template).
-    spec: dict[str, Any]
-    #: The template's spec that was merged ({} without one), for messages.
+    #: The TrainJob's own spec.
+    own: Mapping[str, Any]
+    #: The template's spec to merge under it ({} without one).
     template: Mapping[str, Any]
     #: status.template to write: a new snapshot, or None to remove a stale one; absent
     #: (``write`` False) when status.template is already right.
@@ -35,6 +35,12 @@ class Resolved:
     write: bool = False
     #: Why the template cannot be used (names spec.template and the fix); the job stalls.
     problem: str | None = None
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The spec with the template merged in (merged on demand: a pass parses it once per
+        generation and template version, reconcile.parse_cached)."""
+        return templates.merge(self.template, self.own) if self.template else dict(self.own)
 
 
 def started(status: Mapping[str, Any]) -> bool:
@@ -46,14 +52,14 @@ def resolve(namespace: str, spec: Mapping[str, Any], status: Mapping[str, Any]) 
     ref = templates.reference(spec)
     snap = status.get("template")
     if ref is None:
-        return Resolved(dict(spec), {}, None, write=snap is not None)
+        return Resolved(spec, {}, None, write=snap is not None)
     if (
         isinstance(snap, Mapping)
         and (snap.get("kind"), snap.get("name")) == ref
         and started(status)
     ):
         kept = templates.snapshot_spec(status, spec)
-        return Resolved(templates.merge(kept, spec), kept)
+        return Resolved(spec, kept)
     kind, name = ref
     try:
         obj = k8s.get_template(kind, namespace, name)
@@ -62,7 +68,7 @@ def resolve(namespace: str, spec: Mapping[str, Any], status: Mapping[str, Any]) 
             raise
         plural = CLUSTER_TEMPLATE_PLURAL if kind == CLUSTER_TEMPLATE_KIND else TEMPLATE_PLURAL
         return Resolved(
-            dict(spec),
+            spec,
             {},
             problem=(
                 f"spec.template: the operator may not read {kind} {name!r} (403 Forbidden: "
@@ -78,7 +84,7 @@ def resolve(namespace: str, spec: Mapping[str, Any], status: Mapping[str, Any]) 
             else f"kubectl get trainjobtemplates -n {namespace}"
         )
         return Resolved(
-            dict(spec),
+            spec,
             {},
             problem=(
                 f"spec.template: {kind} {name!r} not found{where}; create it, or set "
@@ -94,9 +100,4 @@ def resolve(namespace: str, spec: Mapping[str, Any], status: Mapping[str, Any]) 
         "resourceVersion": metadata.get("resourceVersion"),
         "spec": template_spec,
     }
-    return Resolved(
-        templates.merge(template_spec, spec),
-        template_spec,
-        new,
-        write=new != snap,
-    )
+    return Resolved(spec, template_spec, new, write=new != snap)
