@@ -84,6 +84,8 @@ class Poller(threading.Thread):
         self.seen = Seen()
         self.stop = threading.Event()
         self.lock = threading.Lock()
+        #: Polls finished, failed ones included (a deleted TrainJob makes every poll fail).
+        self.rounds = 0
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -91,7 +93,14 @@ class Poller(threading.Thread):
                 self.poll()
             except Exception:  # a failed kubectl call; the next poll tries again
                 self.seen.errors += 1
-            time.sleep(POLL_SECONDS)
+            self.rounds += 1
+            self.stop.wait(POLL_SECONDS)
+
+    def caught_up(self, timeout: float) -> None:
+        """Wait until two whole polls began after this call: the poller has seen the cluster as
+        it is now."""
+        start = self.rounds
+        wait_for(lambda: self.rounds >= start + 2, timeout, "two more polls of the cluster")
 
     def poll(self) -> None:
         items = self.cluster.get_json(
@@ -321,7 +330,7 @@ def test_twenty_sigkills_leave_no_duplicate_no_overlap_and_the_same_outcome(
             limit = T_AFTER_RESTART if restarted else T_KUBERAY
             wait_for(step.reached, limit, f"step {step.name!r} after the faults")
             took = time.monotonic() - began
-            time.sleep(3 * POLL_SECONDS)  # the poller has seen what the step reached
+            poller.caught_up(T_CREATE)  # the poller has seen what the step reached
             per_attempt, overlaps, regressions = poller.snapshot()
             for row in rows[-faults:]:
                 row.rayjobs = per_attempt.get(step.attempt, 0)

@@ -11,9 +11,11 @@ the checkpoints reach the status the operator shows.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,25 +95,32 @@ def two_then_three(
     return first, rest[0]
 
 
+@contextlib.contextmanager
+def no_scratch_left(pattern: str) -> Iterator[None]:
+    """The examples' scratch directories of each worker (the Transformers Trainer's output
+    directory, the Lightning report callback's) are gone once the runs inside end."""
+    scratch = Path(tempfile.gettempdir())
+    before = set(scratch.glob(pattern))
+    yield
+    assert set(scratch.glob(pattern)) - before == set()
+
+
 @pytest.mark.timeout(600)
 def test_transformers_trainer_reports_progress_and_checkpoints_and_resumes(
     make_doc: Any, tmp_path: Path
 ) -> None:
     config = {"lr": 0.01, "batch_size": 32, "samples": 256, "seq_len": 16, "vocab": 32}
-    scratch = Path(tempfile.gettempdir())
-    before = set(scratch.glob("hf-trainer-*"))
-    first, last = two_then_three(
-        make_doc, tmp_path / "store", "hf",
-        "examples.hf_transformers.train:train_loop_per_worker", config,
-    )  # fmt: skip
+    with no_scratch_left("hf-trainer-*"):
+        first, last = two_then_three(
+            make_doc, tmp_path / "store", "hf",
+            "examples.hf_transformers.train:train_loop_per_worker", config,
+        )  # fmt: skip
     # The Trainer's float epoch (1.0, 2.0, then 3.0) reads as index 0, 1, then 2.
     assert [r["metrics"]["epoch"] for r in first] == [1.0, 2.0]
     assert last["metrics"]["epoch"] == 3.0
     losses = [r["metrics"]["eval_loss"] for r in first]
     assert losses[1] < losses[0] < math.log(32), losses
     assert last["metrics"]["eval_loss"] < losses[1]
-    # The Trainer's own output directory is the worker's scratch space, gone after each run.
-    assert set(scratch.glob("hf-trainer-*")) - before == set()
 
 
 @pytest.mark.timeout(600)
@@ -119,14 +128,11 @@ def test_lightning_trainer_reports_progress_and_checkpoints_and_resumes(
     make_doc: Any, tmp_path: Path
 ) -> None:
     config = {"lr": 0.05, "batch_size": 64, "hidden": 64}
-    scratch = Path(tempfile.gettempdir())
-    before = set(scratch.glob("lightning_checkpoints-*"))
-    first, last = two_then_three(
-        make_doc, tmp_path / "store", "lightning",
-        "examples.lightning_digits.train:train_loop_per_worker", config,
-    )  # fmt: skip
+    with no_scratch_left("lightning_checkpoints-*"):
+        first, last = two_then_three(
+            make_doc, tmp_path / "store", "lightning",
+            "examples.lightning_digits.train:train_loop_per_worker", config,
+        )  # fmt: skip
     assert {"train_loss", "val_loss", "val_accuracy"} <= set(first[0]["metrics"])
     assert first[1]["metrics"]["val_loss"] < first[0]["metrics"]["val_loss"]
     assert last["metrics"]["val_accuracy"] > 0.8, last["metrics"]
-    # The report callback's scratch directories of each worker are gone after each run.
-    assert set(scratch.glob("lightning_checkpoints-*")) - before == set()

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.runtime
 REPO = Path(__file__).resolve().parents[2]
 ENTRYPOINT = "examples.resumable.train:train_loop_per_worker"
 DEADLINE_SECONDS = 6.0
+FIRST_CHECKPOINT_SECONDS = 300.0
 # 3 epochs of 43 steps (digits' 1347 training rows in batches of 32, one worker); a checkpoint
 # every 10 steps and at the end of each epoch.
 CONFIG = {
@@ -52,8 +53,14 @@ def _drain_when_training(gcs_address: str, run_dir: Path, out: dict[str, Any]) -
 
     from trainer_runtime.drain import REASON_MESSAGE, RayGcs
 
+    # Polled with a deadline: past it the test's own assertions on `out` say what was missing.
+    deadline = time.monotonic() + FIRST_CHECKPOINT_SECONDS
+    tick = threading.Event()
     while not any(run_dir.glob("checkpoint_*")):
-        time.sleep(0.2)
+        if time.monotonic() > deadline:
+            out.update(accepted=False, why=f"no checkpoint in {FIRST_CHECKPOINT_SECONDS} s")
+            return
+        tick.wait(0.2)
     alive = [
         a
         for a in list_actors(filters=[("state", "=", "ALIVE")])
