@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.local:
         from trainer_runtime.local import run_local
 
-        return run_local(contract, ray_logs=True)
+        return run_local(contract, ray_logs=True, continue_run=True)
 
     import ray
 

@@ -12,10 +12,13 @@ import logging
 import math
 import os
 import sys
+from typing import Any
 
 from raytrain_contract import Contract
+from trainer_runtime import runlog
 from trainer_runtime.console import ConsoleTransport
 from trainer_runtime.reporter import Transport
+from trainer_runtime.storage import storage_target
 from trainer_runtime.trainer import reporter_for, run_training, training_cpus
 
 log = logging.getLogger("trainer_runtime")
@@ -42,13 +45,21 @@ def run_local(
     transport: Transport | None = None,
     min_interval: float | None = None,
     ray_logs: bool = False,
+    continue_run: bool = False,
 ) -> int:
     """Run ``contract`` on a local Ray; return the exit code (0 on success).
 
     Reports go to ``transport`` when given, else to a console display. Ray is started here (and
     stopped again) unless the caller already started it; ``ray_logs`` forwards the workers' own
     output (the training loop's prints, Ray Train's messages) to this terminal.
+
+    ``continue_run`` (``raytrain run --local``, where no TrainJob keeps the count): the run is
+    the next attempt after the last one stored under the run's directory, and its step and
+    checkpoint counts go on from that attempt's metrics.
     """
+    previous = None
+    if continue_run:
+        contract, previous = _continued(contract)
     import ray
 
     started = False
@@ -66,8 +77,33 @@ def run_local(
         started = True
     sink = transport or ConsoleTransport(contract.run_name, live=display)
     interval = 0.0 if min_interval is None and transport is None else min_interval
+    reporter = reporter_for(contract, sink, min_interval=interval)
+    reporter.previous = previous
     try:
-        return run_training(contract, reporter_for(contract, sink, min_interval=interval))
+        return run_training(contract, reporter)
     finally:
         if started:
             ray.shutdown()
+
+
+def _continued(contract: Contract) -> tuple[Contract, dict[str, Any] | None]:
+    """The contract as the attempt after the run's last stored one, and that attempt's status."""
+    try:
+        found = runlog.last_attempt(storage_target(contract.storage), contract.run_name)
+    except (OSError, ValueError) as exc:
+        # run_training reports storage it cannot reach, with the fix; nothing to continue here.
+        log.debug("no stored attempt read: %s: %s", type(exc).__name__, exc)
+        return contract, None
+    if found is None:
+        return contract, None
+    attempt, status = found
+    checkpoint = status.get("checkpoint") or {}
+    log.info(
+        "run %s: attempt %d goes on from attempt %d (%s checkpoints, latest %s)",
+        contract.run_name,
+        attempt + 1,
+        attempt,
+        checkpoint.get("count", 0),
+        checkpoint.get("latestURI", "none"),
+    )
+    return contract.model_copy(update={"attempt": attempt + 1}), status

@@ -266,12 +266,17 @@ class Reporter:
         self.reports = 0
         self.patches_sent = 0
         self.patches_failed = 0
+        #: The status to continue from when the transport has no TrainJob to read (a local run
+        #: continuing its stored last attempt: ``runlog.last_attempt``).
+        self.previous: Mapping[str, Any] | None = None
 
     # -- inputs ----------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Announce the run, continuing the step and checkpoint counts of an earlier attempt."""
         job = self._read()
+        if not job and self.previous:
+            job = {"status": self.previous}
         if job:
             status = job.get("status") or {}
             trainer = status.get("trainerStatus") or {}

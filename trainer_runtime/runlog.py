@@ -185,14 +185,17 @@ class RunLog:
         checkpoint_uri: str | None,
         *,
         step: int | None = None,
+        checkpoints: int | None = None,
     ) -> None:
-        """One report: its time, epoch, step, metrics and checkpoint URI, as a JSON line."""
+        """One report: its time, epoch, step, metrics, checkpoint URI and the run's checkpoint
+        count after it, as a JSON line."""
         record = {
             "time": round(self._clock(), 3),
             "epoch": finished_epoch(metrics),
             "step": step,
             "metrics": {k: _jsonable(v) for k, v in metrics.items()},
             "checkpoint": checkpoint_uri,
+            "checkpoints": checkpoints,
         }
         line = json.dumps(record, default=str) + "\n"
         with self._lock:
@@ -445,6 +448,51 @@ def open_run_log(target: Any, run_name: str, attempt: int, **kwargs: Any) -> Run
     """The run log of ``attempt`` in a ``trainer_runtime.storage.StorageTarget``."""
     directory = attempt_path(target.path, run_name, attempt)
     return RunLog(target.filesystem, directory, uri=target.uri(directory), **kwargs)
+
+
+_ATTEMPT_NAME = re.compile(r"^attempt-(\d+)$")
+
+
+def last_attempt(target: Any, run_name: str) -> tuple[int, dict[str, Any]] | None:
+    """The run's highest stored attempt and what its metrics say the run had reached.
+
+    Returns ``(attempt, status)``, ``status`` shaped as the parts of a TrainJob's status a
+    reporter continues from (``trainerStatus.step``, ``checkpoint.count`` and ``latestURI``),
+    empty when the attempt reported nothing; None when the run has no stored attempt.
+    """
+    from pyarrow import fs as pafs
+
+    base = f"{target.path.rstrip('/')}/{run_name}"
+    selector = pafs.FileSelector(base, allow_not_found=True)
+    attempts = []
+    for info in target.filesystem.get_file_info(selector):
+        match = _ATTEMPT_NAME.match(info.base_name)
+        if match and info.type == pafs.FileType.Directory:
+            attempts.append(int(match.group(1)))
+    if not attempts:
+        return None
+    attempt = max(attempts)
+    path = f"{attempt_path(target.path, run_name, attempt)}/{METRICS}"
+    try:
+        with target.filesystem.open_input_stream(path) as stream:
+            text = stream.read().decode(errors="replace")
+    except (OSError, FileNotFoundError):
+        return attempt, {}
+    status: dict[str, Any] = {}
+    for line in reversed(text.splitlines()):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # the marker of dropped lines
+        if not isinstance(record, dict):
+            continue
+        if "trainerStatus" not in status:
+            status["trainerStatus"] = {"step": record.get("step")}
+            status["checkpoint"] = {"count": record.get("checkpoints")}
+        if record.get("checkpoint"):
+            status["checkpoint"]["latestURI"] = record["checkpoint"]
+            break
+    return attempt, status
 
 
 # -- reading: python -m trainer_runtime.runlog cat PATH ------------------------------------------

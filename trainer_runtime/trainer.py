@@ -361,7 +361,12 @@ def _drain(
         if kind == "report":
             reporter.on_report(payload, uri)
             if runlog is not None:
-                runlog.metric(payload, uri, step=reporter.state.step)
+                runlog.metric(
+                    payload,
+                    uri,
+                    step=reporter.state.step,
+                    checkpoints=reporter.state.checkpoint_count,
+                )
         elif kind in ("worker_errors", "worker_errors_short"):
             if runlog is not None:
                 runlog.worker_errors(payload, replace=kind == "worker_errors")

@@ -24,6 +24,15 @@ def _start_epochs(text: str) -> list[int]:
     return [int(v) for v in re.findall(r"^report \d+ .*start_epoch=(\d+)", text, re.MULTILINE)]
 
 
+def _checkpoint_counts(text: str) -> list[int]:
+    """The count of each checkpoint line the console printed."""
+    return [int(v) for v in re.findall(r"^checkpoint (\d+) ", text, re.MULTILINE)]
+
+
+def _report_steps(text: str) -> list[int]:
+    return [int(v) for v in re.findall(r"^report (\d+) ", text, re.MULTILINE)]
+
+
 def test_run_local_trains_then_a_second_run_resumes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -34,6 +43,7 @@ def test_run_local_trains_then_a_second_run_resumes(
     first = capsys.readouterr().err
     assert "Succeeded" in first
     assert _start_epochs(first) == [0, 0]
+    assert _checkpoint_counts(first) == [1, 2], first
     run_dirs = [p for p in store.iterdir() if p.is_dir()]
     assert len(run_dirs) == 1, run_dirs
     assert len(_checkpoints(run_dirs[0])) == 2  # numToKeep: 2
@@ -44,6 +54,14 @@ def test_run_local_trains_then_a_second_run_resumes(
     assert "Succeeded" in again
     assert _start_epochs(again) == [2]
     assert [p for p in store.iterdir() if p.is_dir()] == run_dirs
+    # It is the run's next attempt: its counts go on from the first's (2 reports, 2 checkpoints:
+    # the console shows the checkpoint it goes on from, then its own), and the first attempt's
+    # stored log and metrics stay beside its own.
+    assert _checkpoint_counts(again) == [2, 3], again
+    assert _report_steps(again) == [3], again
+    assert sorted(p.name for p in run_dirs[0].glob("attempt-*")) == ["attempt-0", "attempt-1"]
+    for attempt in ("attempt-0", "attempt-1"):
+        assert (run_dirs[0] / attempt / "metrics.jsonl").is_file(), attempt
 
     # --new-run starts over in a run of its own; the first run's checkpoints stay.
     assert main([*args, "--epochs", "1", "--new-run"]) == 0

@@ -47,8 +47,11 @@ def test_driver_output_metrics_and_worker_errors_land_in_their_files(tmp_path: P
     log, directory = _runlog(tmp_path, clock=lambda: next(clock))
     log.write_output("epoch 0 done\n")
     log.write_output("\x1b[2K\x1b[1Aprogress 50%\n")  # a live display's escape codes go
-    log.metric({"epoch": 0, "loss": 0.5}, None, step=1)
-    log.metric({"epoch": 1, "loss": 0.25, "note": object()}, "/store/run/checkpoint_1", step=2)
+    log.metric({"epoch": 0, "loss": 0.5}, None, step=1, checkpoints=0)
+    log.metric(
+        {"epoch": 1, "loss": 0.25, "note": object()}, "/store/run/checkpoint_1", step=2,
+        checkpoints=1,
+    )  # fmt: skip
     log.worker_errors({1: "exception: builtins.ValueError\n"})
     log.flush()
 
@@ -60,8 +63,10 @@ def test_driver_output_metrics_and_worker_errors_land_in_their_files(tmp_path: P
         "step": 1,
         "metrics": {"epoch": 0, "loss": 0.5},
         "checkpoint": None,
+        "checkpoints": 0,
     }
     assert lines[1]["checkpoint"] == "/store/run/checkpoint_1" and lines[1]["time"] == 101.5
+    assert lines[1]["checkpoints"] == 1
     assert lines[1]["metrics"]["note"].startswith("<object object")
     assert (directory / "worker-1.error.txt").read_text() == "exception: builtins.ValueError\n"
     # Nothing changed since: the next flush writes nothing.
@@ -301,3 +306,33 @@ def test_a_fuller_worker_error_is_not_replaced_by_a_shorter_one(tmp_path: Path) 
     assert (directory / "worker-0.error.txt").read_text() == "with traceback\n"
     assert (directory / "worker-1.error.txt").read_text() == "rank 1 with traceback\n"
     assert (directory / "worker-2.error.txt").read_text() == "rank 2 without\n"
+
+
+def test_the_last_stored_attempt_gives_the_counts_a_local_rerun_goes_on_from(
+    tmp_path: Path,
+) -> None:
+    from trainer_runtime.storage import StorageTarget
+
+    target = StorageTarget(pafs.LocalFileSystem(), str(tmp_path / "store"), "")
+    assert runlog.last_attempt(target, "digits-1") is None  # nothing stored yet
+
+    base = tmp_path / "store" / "digits-1"
+    (base / "attempt-0").mkdir(parents=True)
+    (base / "attempt-10").mkdir()
+    (base / "attempt-2").mkdir()
+    (base / "checkpoint_2026-11-27_05-00-00").mkdir()
+    # The highest attempt, by number: 10, not 2. It has no metrics yet.
+    assert runlog.last_attempt(target, "digits-1") == (10, {})
+
+    log = RunLog(pafs.LocalFileSystem(), str(base / "attempt-11"))
+    log.metric({"epoch": 0}, "/s/digits-1/checkpoint_a", step=4, checkpoints=3)
+    log.metric({"epoch": 1}, "/s/digits-1/checkpoint_b", step=5, checkpoints=4)
+    log.metric({"loss": 0.5}, None, step=6, checkpoints=4)
+    log.flush()
+    attempt, status = runlog.last_attempt(target, "digits-1") or (None, None)
+    assert attempt == 11
+    # The step of the last report, the count after it, the latest checkpoint reported.
+    assert status == {
+        "trainerStatus": {"step": 6},
+        "checkpoint": {"count": 4, "latestURI": "/s/digits-1/checkpoint_b"},
+    }

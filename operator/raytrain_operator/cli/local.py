@@ -291,7 +291,9 @@ def run_local_command(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"  note: {note}", file=err)
     with _environment(env):
-        return run_local(contract, display=not args.quiet, ray_logs=args.ray_logs)
+        return run_local(
+            contract, display=not args.quiet, ray_logs=args.ray_logs, continue_run=True
+        )
 
 
 def run_torchrun(
