@@ -87,11 +87,11 @@ test: install prereqs lint
 	$(NETNS) $(PYTHON) -m pytest --durations=40 -m '$(TEST_MARKERS)' $(PYTEST_ARGS)
 
 # The real-pod fault tests alone (docs/real-node.md): `make test` runs the deleted worker pod
-# with the rest; the deleted head pod and the suspend and resume (marker
-# realpods_second_cluster) and the evictions and the drain of test_realpods_preemption.py
-# (marker realpods_preemption) run only here.
+# with the rest; the deleted head pod, the suspend and resume and the node that takes the pods
+# away (marker realpods_second_cluster) and the evictions and the drain of
+# test_realpods_preemption.py (marker realpods_preemption) run only here.
 test-faults: install prereqs
-	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py tests/integration/test_realpods_preemption.py
+	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py tests/integration/test_realpods_preemption.py tests/integration/test_realpods_triage.py
 
 # The real-pod tests that do not pass yet (docs/real-node.md); not part of `make test`.
 test-pending: install prereqs

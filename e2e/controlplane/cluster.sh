@@ -108,6 +108,19 @@ operator_pid() {
 # A zombie (exited, not yet reaped) has an empty cmdline, so it counts as gone.
 operator_gone() { ! operator_pid >/dev/null; }
 
+# stop_pid PID: SIGTERM, up to 5 s to exit, then SIGKILL. Returns once the process is gone
+# (or after the SIGKILL was sent to one that would not go).
+stop_pid() {
+  local pid="$1" i
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 10; i++)); do
+    [ -e "/proc/$pid" ] || return 0
+    sleep 0.5
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  sleep 0.5
+}
+
 show_logs() {
   local f
   log "log tails (state: $STATE, kwok: $KWOK_WORKDIR/clusters/$CLUSTER/logs):"
@@ -415,7 +428,7 @@ cmd_down() {
   if cluster_exists; then
     # kwokctl does not stop a component that restart-apiserver started again: note the pids
     # now, stop whichever of them is left after kwokctl's delete.
-    local dir="$KWOK_WORKDIR/clusters/$CLUSTER" f pid i
+    local dir="$KWOK_WORKDIR/clusters/$CLUSTER" f pid
     local -a pids=()
     for f in "$dir"/pids/*.pid; do
       [ -f "$f" ] && pids+=("$(cat "$f")")
@@ -427,12 +440,7 @@ cmd_down() {
       # Only ours: a binary of this cluster's directory, not a recycled number.
       [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "^$dir/" ||
         continue
-      kill -TERM "$pid" 2>/dev/null || true
-      for ((i = 0; i < 10; i++)); do
-        [ -e "/proc/$pid" ] || break
-        sleep 0.5
-      done
-      kill -KILL "$pid" 2>/dev/null || true
+      stop_pid "$pid"
       log "stopped pid $pid, left running by kwokctl"
     done
     log "cluster deleted"
@@ -516,7 +524,7 @@ relaunch() {
 # that it gets SIGKILL. Clients see refused connections and broken watches until it is back;
 # what they do then is what a test of restart-apiserver looks at.
 cmd_restart_apiserver() {
-  local dir="$KWOK_WORKDIR/clusters/$CLUSTER" pid down_for="${1:-0}" i c
+  local dir="$KWOK_WORKDIR/clusters/$CLUSTER" pid down_for="${1:-0}" c
   local -a argv cm_argv sched_argv
   local pidfile="$dir/pids/kube-apiserver.pid"
   cluster_exists && [ -f "$pidfile" ] || die "cluster '$CLUSTER' is not running (run: $0 up)"
@@ -529,15 +537,7 @@ cmd_restart_apiserver() {
   # again below with these command lines.
   mapfile -d '' -t cm_argv <"/proc/$(cat "$dir/pids/kube-controller-manager.pid")/cmdline"
   mapfile -d '' -t sched_argv <"/proc/$(cat "$dir/pids/kube-scheduler.pid")/cmdline"
-  kill -TERM "$pid"
-  for ((i = 0; i < 10; i++)); do
-    [ -e "/proc/$pid" ] || break
-    sleep 0.5
-  done
-  if [ -e "/proc/$pid" ]; then
-    kill -KILL "$pid" 2>/dev/null || true
-    sleep 0.5
-  fi
+  stop_pid "$pid"
   log "kube-apiserver stopped (pid $pid)"
   sleep "$down_for"
   relaunch "$dir" kube-apiserver "${argv[@]}"

@@ -15,6 +15,7 @@ measured there (benchmarks/realpod_faults.py).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -146,6 +147,17 @@ def test_the_operator_runs_as_a_pod_on_the_real_node(real_world: RealWorld) -> N
 
 CACHE = {"name": "dataset-cache", "emptyDir": {"sizeLimit": "1Gi"}}
 CACHE_MOUNT = {"name": "dataset-cache", "mountPath": "/cache"}
+# A RuntimeClass naming the real node's containerd handler (e2e/realnode/node.sh): the kubelet
+# refuses a pod whose class it cannot resolve to a handler, so a worker that runs proves the
+# field reached it. The pull Secret is only carried: the images are imported on the node, and a
+# kubelet uses pull credentials only when it pulls.
+RUNTIME_CLASS = {
+    "apiVersion": "node.k8s.io/v1",
+    "kind": "RuntimeClass",
+    "metadata": {"name": "raytrain-test-runc"},
+    "handler": "runc",
+}
+PULL_SECRET = "registry-login"
 
 
 def _through_a_template(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -162,6 +174,8 @@ def _through_a_template(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         defaults["scaling"] = {k: v for k, v in spec["scaling"].items() if k != "numWorkers"}
         defaults["workerTemplate"] = {
             **spec["workerTemplate"], "volumes": [CACHE], "volumeMounts": [CACHE_MOUNT],
+            "runtimeClassName": RUNTIME_CLASS["metadata"]["name"],
+            "imagePullSecrets": [{"name": PULL_SECRET}],
         }  # fmt: skip
         out.append({
             "apiVersion": "raytrain.dev/v1alpha1",
@@ -180,8 +194,22 @@ def _through_a_template(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespace: str) -> None:
     """The digits example, its defaults in a TrainJobTemplate (docs/templates.md): the job's
-    pods run with what the template gives, a volume of the pod surface among it."""
+    pods run with what the template gives, the pod surface among it (a volume, a RuntimeClass,
+    an image pull Secret)."""
     cluster = real_world.cluster
+    cluster.apply(RUNTIME_CLASS)
+    auth = base64.b64encode(b"raytrain:not-used").decode()
+    config = json.dumps({"auths": {"registry.invalid": {"auth": auth}}})
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": PULL_SECRET},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": config},
+        },
+        namespace=namespace,
+    )
     for doc in _through_a_template(trainjob_on_real_node(DIGITS, name="digits", epochs=3)):
         cluster.apply(doc, namespace=namespace)
 
@@ -201,6 +229,8 @@ def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespac
         assert {"name": "dataset-cache", "mountPath": "/cache"} in [
             {k: m[k] for k in ("name", "mountPath")} for m in ray["volumeMounts"]
         ]
+        assert pod["spec"].get("runtimeClassName") == RUNTIME_CLASS["metadata"]["name"]
+        assert {"name": PULL_SECRET} in pod["spec"].get("imagePullSecrets", [])
     kept = _trainjob(real_world, namespace, "digits")["status"]["template"]
     assert (kept["kind"], kept["name"]) == ("TrainJobTemplate", "digits-defaults")
 

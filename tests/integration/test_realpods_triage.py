@@ -40,7 +40,9 @@ def _failed(world: RealWorld, namespace: str, name: str, timeout: float) -> dict
     return wait_for(check, timeout=timeout, what=f"TrainJob {namespace}/{name} Failed")
 
 
-def _attempt_event(world: RealWorld, namespace: str, name: str, reason: str) -> dict[str, Any]:
+def _attempt_event(
+    world: RealWorld, namespace: str, name: str, reason: str, timeout: float = 60
+) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         events = world.cluster.get_json(
             "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
@@ -50,7 +52,7 @@ def _attempt_event(world: RealWorld, namespace: str, name: str, reason: str) -> 
                 return dict(event)
         return None
 
-    return wait_for(check, timeout=60, what=f"the attempt's {reason} Event")
+    return wait_for(check, timeout=timeout, what=f"the attempt's {reason} Event")
 
 
 def _scaling(world: RealWorld, namespace: str, name: str) -> dict[str, Any]:
@@ -124,13 +126,54 @@ def test_a_python_exception_in_the_loop_fails_at_once_with_its_traceback(
 TAINT = "raytrain.dev/triage-node-lost"
 
 
-@pytest.mark.realpods_pending
-def test_pods_the_node_takes_away_are_node_lost_and_retried(
+def _what_happened(world: RealWorld, namespace: str, name: str) -> str:
+    """The job's pods, RayJob, status and Events, for a failure message."""
+    cluster = world.cluster
+    pods = [
+        {
+            "name": p["metadata"]["name"],
+            "phase": p.get("status", {}).get("phase"),
+            "reason": p.get("status", {}).get("reason"),
+            "deleting": p["metadata"].get("deletionTimestamp"),
+            "node": p.get("spec", {}).get("nodeName"),
+            "disruption": [
+                c
+                for c in p.get("status", {}).get("conditions", [])
+                if c.get("type") == "DisruptionTarget"
+            ],
+        }
+        for p in cluster.get_json("pods", "-n", namespace)["items"]
+    ]
+    rayjobs = [
+        {"name": r["metadata"]["name"], "status": r.get("status", {})}
+        for r in cluster.get_json("rayjobs", "-n", namespace)["items"]
+    ]
+    events = [
+        f"{e['involvedObject']['kind']}/{e['involvedObject']['name']} {e['reason']}: "
+        f"{e['message'][:300]}"
+        for e in cluster.get_json("events", "-n", namespace)["items"]
+    ]
+    status = _trainjob(world, namespace, name).get("status", {})
+    return json.dumps(
+        {"pods": pods, "rayjobs": rayjobs, "status": status, "events": events[-40:]}, indent=1
+    )
+
+
+#: The Ray pods' grace period (spec.disruption.terminationGracePeriodSeconds, default 120 s)
+#: runs before a deleted pod is gone, and the attempt fails after that: the deadline covers it.
+NODE_LOST_TIMEOUT = 420
+
+
+@pytest.mark.realpods_faults
+@pytest.mark.realpods_second_cluster
+def test_pods_the_node_takes_away_are_node_lost_and_resumed_as_a_preemption(
     real_world: RealWorld, namespace: str
 ) -> None:
     """A NoExecute taint makes the taint manager delete the Ray pods (DisruptionTarget
     DeletionByTaintManager), as when the node lifecycle controller gives up on a node. The
-    operator's own pod tolerates the taint for the test's length, so it keeps running."""
+    operator's own pod tolerates the taint for the test's length, so it keeps running. The
+    attempt is NodeLost, an infrastructure cause, and is retried as a preemption
+    (status.preemptions, spec.disruption.maxPreemptions), spending no spec.backoffLimit."""
     cluster = real_world.cluster
     deployment = cluster.get_json(
         "deployment", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/name=raytrain-operator"
@@ -151,16 +194,22 @@ def test_pods_the_node_takes_away_are_node_lost_and_retried(
         )
         cluster.kubectl("taint", "node", NODE, f"{TAINT}=yes:NoExecute")
         try:
-            event = _attempt_event(real_world, namespace, "lost", "NodeLost")
+            event = _attempt_event(real_world, namespace, "lost", "NodeLost", NODE_LOST_TIMEOUT)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_what_happened(real_world, namespace, 'lost')}") from exc
         finally:
             cluster.kubectl("taint", "node", NODE, f"{TAINT}:NoExecute-")
         assert "(infrastructure)" in event["message"]
         assert "DeletionByTaintManager" in event["message"], event["message"]
-        wait_for(
-            lambda: _trainjob(real_world, namespace, "lost")["status"].get("restarts") == 1,
+        tj = wait_for(
+            lambda: (
+                (t := _trainjob(real_world, namespace, "lost"))["status"].get("preemptions") and t
+            ),
             60,
-            "the NodeLost attempt retried (restarts 1)",
+            "the NodeLost attempt retried as a preemption (status.preemptions 1)",
         )
+        assert tj["status"]["preemptions"] == 1, tj["status"]
+        assert tj["status"].get("restarts", 0) == 0, tj["status"]
     finally:
         spec = {"spec": {"template": {"spec": {"tolerations": tolerations}}}}
         cluster.kubectl("patch", "deployment", deployment, "-n", SYSTEM_NS, "-p", json.dumps(spec))

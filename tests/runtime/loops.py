@@ -56,3 +56,19 @@ def table_loop(config: dict[str, Any]) -> None:
             ray.train.report(metrics)
         if stop_after is not None and epoch >= int(stop_after):
             return
+
+
+def stalled_peer_loop(config: dict[str, Any]) -> None:
+    """Rank 1 never reaches the all_reduce rank 0 waits in: a collective that times out.
+
+    The group's timeout is the contract's ``torch.timeoutSeconds``; rank 1 sleeps well past it.
+    """
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    if ray.train.get_context().get_world_rank() == 1:
+        time.sleep(float(config.get("stall_seconds", 120)))
+    tensor = torch.ones(1)
+    dist.all_reduce(tensor)
