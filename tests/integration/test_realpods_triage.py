@@ -22,8 +22,8 @@ from test_realpods import (
     TRAIN_TIMEOUT,
     RealWorld,
     _apply_digits,
-    _running_ray_pods,
     _trainjob,
+    _wait_checkpoint,
     real_world,
 )
 
@@ -159,9 +159,9 @@ def _what_happened(world: RealWorld, namespace: str, name: str) -> str:
     )
 
 
-#: The Ray pods' grace period (spec.disruption.terminationGracePeriodSeconds, default 120 s)
-#: runs before a deleted pod is gone, and the attempt fails after that: the deadline covers it.
-NODE_LOST_TIMEOUT = 420
+#: From the taint's removal: the Ray pods come back, KubeRay finds the driver gone and fails
+#: the RayJob, and the operator reads it.
+NODE_LOST_TIMEOUT = 600
 
 
 @pytest.mark.realpods_faults
@@ -171,9 +171,12 @@ def test_pods_the_node_takes_away_are_node_lost_and_resumed_as_a_preemption(
 ) -> None:
     """A NoExecute taint makes the taint manager delete the Ray pods (DisruptionTarget
     DeletionByTaintManager), as when the node lifecycle controller gives up on a node. The
-    operator's own pod tolerates the taint for the test's length, so it keeps running. The
-    attempt is NodeLost, an infrastructure cause, and is retried as a preemption
-    (status.preemptions, spec.disruption.maxPreemptions), spending no spec.backoffLimit."""
+    operator's own pod tolerates the taint for the test's length, so it keeps running.
+
+    While the taint stays, KubeRay's new pods cannot be placed and the status says so; once it
+    is gone, the attempt whose head the node took is NodeLost, an infrastructure cause, and is
+    retried as a preemption (status.preemptions, spec.disruption.maxPreemptions), spending no
+    spec.backoffLimit."""
     cluster = real_world.cluster
     deployment = cluster.get_json(
         "deployment", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/name=raytrain-operator"
@@ -185,31 +188,45 @@ def test_pods_the_node_takes_away_are_node_lost_and_resumed_as_a_preemption(
     spec = {"spec": {"template": {"spec": {"tolerations": patched}}}}
     cluster.kubectl("patch", "deployment", deployment, "-n", SYSTEM_NS, "-p", json.dumps(spec))
     cluster.kubectl("rollout", "status", f"deployment/{deployment}", "-n", SYSTEM_NS, timeout=300)
+    tainted = False
     try:
         _apply_digits(real_world, namespace, "lost", epochs=200, backoffLimit=1)
-        wait_for(
-            lambda: _running_ray_pods(real_world, namespace, "lost"),
-            START_TIMEOUT,
-            "a Ray head and two workers Running",
-        )
+        # Training under way (a checkpoint stored), not a cluster still starting: a head lost
+        # before the job was submitted is only recreated by KubeRay.
+        _wait_checkpoint(real_world, namespace, "lost", 1)
         cluster.kubectl("taint", "node", NODE, f"{TAINT}=yes:NoExecute")
+        tainted = True
         try:
+            # The head's preStop hook records what took it; the status says it at once.
+            wait_for(
+                lambda: (
+                    (_trainjob(real_world, namespace, "lost")["status"].get("disrupted") or {}).get(
+                        "reason"
+                    )
+                    == "DeletionByTaintManager"
+                ),
+                120,
+                "status.disrupted naming the taint manager",
+            )
+            cluster.kubectl("taint", "node", NODE, f"{TAINT}:NoExecute-")
+            tainted = False
             event = _attempt_event(real_world, namespace, "lost", "NodeLost", NODE_LOST_TIMEOUT)
+            tj = wait_for(
+                lambda: (
+                    (t := _trainjob(real_world, namespace, "lost"))["status"].get("preemptions")
+                    and t
+                ),
+                60,
+                "the NodeLost attempt retried as a preemption (status.preemptions 1)",
+            )
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{_what_happened(real_world, namespace, 'lost')}") from exc
-        finally:
-            cluster.kubectl("taint", "node", NODE, f"{TAINT}:NoExecute-")
         assert "(infrastructure)" in event["message"]
         assert "DeletionByTaintManager" in event["message"], event["message"]
-        tj = wait_for(
-            lambda: (
-                (t := _trainjob(real_world, namespace, "lost"))["status"].get("preemptions") and t
-            ),
-            60,
-            "the NodeLost attempt retried as a preemption (status.preemptions 1)",
-        )
         assert tj["status"]["preemptions"] == 1, tj["status"]
         assert tj["status"].get("restarts", 0) == 0, tj["status"]
     finally:
+        if tainted:
+            cluster.kubectl("taint", "node", NODE, f"{TAINT}:NoExecute-")
         spec = {"spec": {"template": {"spec": {"tolerations": tolerations}}}}
         cluster.kubectl("patch", "deployment", deployment, "-n", SYSTEM_NS, "-p", json.dumps(spec))

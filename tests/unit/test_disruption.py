@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from _factories import meta, trainjob
 from test_status_machine import cond, rayjob, run, status_after
-from test_triage import pod
+from test_triage import container, pod
 
 from raytrain_operator import k8s
 from raytrain_operator.builders.disruption import build_pod_disruption_budget
@@ -18,6 +18,7 @@ from raytrain_operator.builders.meta import LABEL_ROLE, LABEL_TRAINJOB
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.handlers import apply
 from raytrain_operator.status.machine import EnsureChildren
+from raytrain_operator.status.triage import FailureClass
 from trainer_runtime import drain
 
 # ------------------------------------------------------------------------------------ builders
@@ -160,6 +161,37 @@ def test_a_head_the_hook_saw_disrupted_makes_the_failure_a_preemption() -> None:
     st = {"attempt": 1, "restarts": 0, "disrupted": record}
     p = run(trainjob(backoffLimit=0), st, rayjob("digits-1", deployment="Failed"))
     assert p.phase == "Failed" and "preemptions" not in p.status
+
+
+def test_a_head_the_node_took_away_makes_the_attempt_node_lost() -> None:
+    record = {
+        "attempt": 0,
+        "pod": "digits-0-head-x",
+        "reason": "DeletionByTaintManager",
+        "message": "Taint manager: deleting due to NoExecute taint",
+    }
+    st: dict[str, Any] = {"attempt": 0, "restarts": 0, "disrupted": record}
+    # The head and its driver are gone: KubeRay's words say nothing of why.
+    rj = rayjob(deployment="Failed", job_status="FAILED")
+    p = run(trainjob(backoffLimit=0), st, rj, attempt_pods=[])
+    assert p.attempt_failure is not None
+    assert p.attempt_failure.failure_class is FailureClass.NODE_LOST
+    assert "head pod digits-0-head-x was deleted by Kubernetes (DeletionByTaintManager" in (
+        p.attempt_failure.message
+    )
+    assert p.status["preemptions"] == 1 and p.status["restarts"] == 0
+    # A scheduler's preemption of the head is a preemption, not a lost node.
+    st["disrupted"] = {**record, "reason": "PreemptionByScheduler"}
+    p = run(trainjob(backoffLimit=0), st, rj, attempt_pods=[])
+    assert p.attempt_failure is not None
+    assert p.attempt_failure.failure_class is FailureClass.UNKNOWN
+    # What the attempt's own pods showed stays the class.
+    st["disrupted"] = record
+    killed = {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
+    oom = pod(phase="Failed", containers=[container(state=killed)])
+    p = run(trainjob(backoffLimit=0), st, rj, attempt_pods=[oom])
+    assert p.attempt_failure is not None
+    assert p.attempt_failure.failure_class is FailureClass.OOM_KILLED
 
 
 def test_a_plain_failure_is_no_preemption() -> None:

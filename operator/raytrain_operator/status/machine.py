@@ -786,6 +786,7 @@ def _attempt_failed(
 ) -> Plan:
     """An attempt failed: its class decides the reason and whether to retry at all (the default
     policy: a user exception or an OOMKilled container fails at once, spending no retry)."""
+    found = _head_node_lost(b.obs.status, attempt, found)
     b.failure = found
     said = failure[1]
     what = found.message
@@ -861,6 +862,33 @@ def preemption(found: triage.Triage, pods: Sequence[Mapping[str, Any]]) -> str |
                     f"{cond.get('message') or 'no message'})"
                 )
     return None
+
+
+def _head_node_lost(
+    status: Mapping[str, Any], attempt: int, found: triage.Triage
+) -> triage.Triage:
+    """NodeLost when the head's preStop hook saw the node take this attempt's head away.
+
+    Such a head is gone before the attempt fails, and what the pods left, the runtime and
+    KubeRay say then (a lost driver, a peer gone from a collective) only follows from it. A
+    class the attempt's own pods showed (an OOM kill, an image pull) is kept.
+    """
+    seen = status.get("disrupted") or {}
+    if (
+        seen.get("attempt") != attempt
+        or seen.get("reason") not in triage.NODE_DISRUPTIONS
+        or found.pod is not None
+        or found.failure_class
+        not in (triage.FailureClass.UNKNOWN, triage.FailureClass.COLLECTIVE_TIMEOUT)
+    ):
+        return found
+    pod = seen.get("pod") or "?"
+    return triage.Triage(
+        triage.FailureClass.NODE_LOST,
+        f"head pod {pod} was deleted by Kubernetes ({seen['reason']}: "
+        f"{seen.get('message') or 'no message'}); the node went away, not the training code",
+        pod=pod,
+    )
 
 
 def head_disrupted(status: Mapping[str, Any], attempt: int) -> str | None:

@@ -148,7 +148,7 @@ _IMAGE_NOT_FOUND = re.compile(
     re.IGNORECASE,
 )
 #: DisruptionTarget reasons that mean the node (not the user) took the pod away.
-_NODE_DISRUPTIONS = ("DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet")
+NODE_DISRUPTIONS = ("DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet")
 _QUOTA = re.compile(r"exceeded quota|forbidden: .*quota", re.IGNORECASE)
 
 #: torch.distributed's words for a collective that never completed or lost a peer.
@@ -326,7 +326,7 @@ def _node_lost(pods: Sequence[Mapping[str, Any]]) -> Triage | None:
             if (
                 cond.get("type") == "DisruptionTarget"
                 and cond.get("status") == "True"
-                and cond.get("reason") in _NODE_DISRUPTIONS
+                and cond.get("reason") in NODE_DISRUPTIONS
             ):
                 node = (pod.get("spec") or {}).get("nodeName")
                 where = f" on node {node}" if node else ""
