@@ -128,3 +128,36 @@ def test_workers_that_never_start_hit_the_pre_running_deadline(
         T_CREATE,
         "the stuck attempt's RayJob deleted",
     )
+
+
+def test_workers_a_resource_quota_refuses_fail_the_attempt_as_unschedulable(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    """A ResourceQuota that admits the head pod and no worker: KubeRay's pod creates are
+    refused by the API server itself, and the RayCluster's ReplicaFailure carries its words."""
+    ns, name = namespace, "overquota"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "one-pod"},
+        "spec": {"hard": {"pods": "1"}},
+    }
+    kube_cluster.apply(quota, namespace=ns)
+    create(kube_cluster, ns, trainjob(name, backoffLimit=0))
+
+    def refused() -> dict[str, Any] | None:
+        for rc in kube_cluster.get_json("rayclusters", "-n", ns)["items"]:
+            for cond in rc.get("status", {}).get("conditions") or []:
+                if cond.get("type") == "ReplicaFailure" and "exceeded quota" in cond.get(
+                    "message", ""
+                ):
+                    return dict(cond)
+        return None
+
+    refusal = wait_for(refused, T_KUBERAY, "the RayCluster's ReplicaFailure: exceeded quota")
+    runtime_report(kube_cluster, ns, name, failed_report("the Ray job ended"))
+    failed = wait_condition(kube_cluster, ns, name, "Failed")
+    assert failed["reason"] == "Unschedulable", failed
+    assert "a ResourceQuota refuses the pods" in failed["message"], failed["message"]
+    assert "exceeded quota" in failed["message"] and "one-pod" in failed["message"], refusal

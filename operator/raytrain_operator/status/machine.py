@@ -864,9 +864,7 @@ def preemption(found: triage.Triage, pods: Sequence[Mapping[str, Any]]) -> str |
     return None
 
 
-def _head_node_lost(
-    status: Mapping[str, Any], attempt: int, found: triage.Triage
-) -> triage.Triage:
+def _head_node_lost(status: Mapping[str, Any], attempt: int, found: triage.Triage) -> triage.Triage:
     """NodeLost when the head's preStop hook saw the node take this attempt's head away.
 
     Such a head is gone before the attempt fails, and what the pods left, the runtime and
