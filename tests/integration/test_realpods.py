@@ -252,6 +252,15 @@ def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespac
     trainer = status["trainerStatus"]
     assert trainer["progressPercentage"] == 100
     assert trainer["epoch"] == 2
+    # Goodput of a run with no fault: one cluster, succeeded, its time allocated and nothing
+    # lost; the productive part (first report to last) lies within it; no GPU anywhere.
+    goodput = status["goodput"]
+    (ledger,) = goodput["clusters"]
+    assert ledger["outcome"] == "Succeeded" and ledger["gpus"] == 0, goodput
+    assert goodput["allocatedSeconds"] > 0, goodput
+    assert 0 <= goodput["productiveSeconds"] <= goodput["allocatedSeconds"], goodput
+    assert goodput["lostSeconds"] == 0 and goodput["lostToRestartSeconds"] == 0, goodput
+    assert goodput["allocatedGPUSeconds"] == 0, goodput
     assert float(_metric(tj, "accuracy") or 0) > 0.5
     run_name = trainer.get("runName") or status["checkpoint"]["latestURI"].split("/")[-2]
     latest = status["checkpoint"]["latestURI"]
