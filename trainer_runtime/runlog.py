@@ -476,7 +476,7 @@ def last_attempt(target: Any, run_name: str) -> tuple[int, dict[str, Any]] | Non
     try:
         with target.filesystem.open_input_stream(path) as stream:
             text = stream.read().decode(errors="replace")
-    except (OSError, FileNotFoundError):
+    except OSError:  # FileNotFoundError among them: the attempt reported nothing
         return attempt, {}
     status: dict[str, Any] = {}
     for line in reversed(text.splitlines()):

@@ -63,12 +63,14 @@ def stalled_peer_loop(config: dict[str, Any]) -> None:
 
     The group's timeout is the contract's ``torch.timeoutSeconds``; rank 1 sleeps well past it.
     """
-    import time
+    import threading
 
     import torch
     import torch.distributed as dist
 
     if ray.train.get_context().get_world_rank() == 1:
-        time.sleep(float(config.get("stall_seconds", 120)))
+        # The fault itself: this rank stays away from the collective (rank 0's failure ends
+        # the group long before the wait does).
+        threading.Event().wait(float(config.get("stall_seconds", 120)))
     tensor = torch.ones(1)
     dist.all_reduce(tensor)

@@ -871,28 +871,30 @@ def _head_node_lost(status: Mapping[str, Any], attempt: int, found: triage.Triag
     KubeRay say then (a lost driver, a peer gone from a collective) only follows from it. A
     class the attempt's own pods showed (an OOM kill, an image pull) is kept.
     """
-    seen = status.get("disrupted") or {}
+    seen = _disrupted(status, attempt)
     if (
-        seen.get("attempt") != attempt
-        or seen.get("reason") not in triage.NODE_DISRUPTIONS
+        seen is None
+        or seen["reason"] not in triage.NODE_DISRUPTIONS
         or found.pod is not None
         or found.failure_class
         not in (triage.FailureClass.UNKNOWN, triage.FailureClass.COLLECTIVE_TIMEOUT)
     ):
         return found
-    pod = seen.get("pod") or "?"
-    return triage.Triage(
-        triage.FailureClass.NODE_LOST,
-        f"head pod {pod} was deleted by Kubernetes ({seen['reason']}: "
-        f"{seen.get('message') or 'no message'}); the node went away, not the training code",
-        pod=pod,
+    return triage.node_deleted(
+        seen.get("pod") or "?", seen["reason"], seen.get("message"), what="head pod"
     )
+
+
+def _disrupted(status: Mapping[str, Any], attempt: int) -> Mapping[str, Any] | None:
+    """status.disrupted when the head's preStop hook wrote it for this attempt, with a reason."""
+    seen = status.get("disrupted") or {}
+    return seen if seen.get("attempt") == attempt and seen.get("reason") else None
 
 
 def head_disrupted(status: Mapping[str, Any], attempt: int) -> str | None:
     """status.disrupted of this attempt (the head's preStop hook wrote it), in words."""
-    seen = status.get("disrupted") or {}
-    if seen.get("attempt") != attempt or not seen.get("reason"):
+    seen = _disrupted(status, attempt)
+    if seen is None:
         return None
     return (
         f"head pod {seen.get('pod') or '?'} was taken away ({seen.get('reason')}: "

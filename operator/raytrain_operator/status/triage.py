@@ -329,15 +329,21 @@ def _node_lost(pods: Sequence[Mapping[str, Any]]) -> Triage | None:
                 and cond.get("reason") in NODE_DISRUPTIONS
             ):
                 node = (pod.get("spec") or {}).get("nodeName")
-                where = f" on node {node}" if node else ""
-                return Triage(
-                    FailureClass.NODE_LOST,
-                    f"pod {name}{where} was deleted by Kubernetes ({cond.get('reason')}: "
-                    f"{cond.get('message') or 'no message'}); the node went away, not the "
-                    "training code",
-                    pod=name,
-                )
+                return node_deleted(name, cond.get("reason"), cond.get("message"), node=node)
     return None
+
+
+def node_deleted(
+    name: str, reason: Any, message: Any, *, node: str | None = None, what: str = "pod"
+) -> Triage:
+    """NodeLost for a pod Kubernetes deleted for its node (a NODE_DISRUPTIONS reason)."""
+    where = f" on node {node}" if node else ""
+    return Triage(
+        FailureClass.NODE_LOST,
+        f"{what} {name}{where} was deleted by Kubernetes ({reason}: {message or 'no message'}); "
+        "the node went away, not the training code",
+        pod=name,
+    )
 
 
 def _unschedulable(
