@@ -259,6 +259,7 @@ _KINDS = {
     "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
+    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
     "RayJob": (RAY_GROUP, RAY_VERSION, RAYJOBS),
 }
 
@@ -269,7 +270,7 @@ def _kind_path(kind: str, namespace: str, name: str = "") -> tuple[str, str]:
 
 
 def get(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-    """A ConfigMap, ServiceAccount, Role, RoleBinding, PodDisruptionBudget or RayJob, or None."""
+    """A child of a TrainJob (a kind of `_KINDS`), or None."""
     resource, path = _kind_path(kind, namespace, name)
     result: dict[str, Any] | None = call("get", resource, lambda: request("GET", path), ok=(404,))
     return result

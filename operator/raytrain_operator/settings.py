@@ -20,6 +20,8 @@ from typing import Any
 
 import kopf
 
+from raytrain_operator.builders.network import DEFAULT_INGRESS, parse_ingress
+
 KOPF_PREFIX = "kopf.raytrain.dev"
 #: The KopfPeering (namespaced runs) or ClusterKopfPeering (cluster-wide) object instances
 #: share: one works, the others wait (settings.peering).
@@ -74,6 +76,12 @@ def _env_bool(name: str, default: bool) -> bool:
     raise ValueError(f"{name}={value!r}: set it to true or false")
 
 
+def _env_ingress(name: str) -> list[dict[str, Any]]:
+    """A JSON list of NetworkPolicy ingress rules; unset or empty: KubeRay to the dashboard."""
+    value = (os.environ.get(name) or "").strip()
+    return parse_ingress(value, name) if value else [dict(rule) for rule in DEFAULT_INGRESS]
+
+
 @dataclass
 class OperatorConfig:
     namespaces: list[str] = field(default_factory=list)
@@ -105,6 +113,14 @@ class OperatorConfig:
     #: podOverrides.allowEnvFrom): off, a TrainJob cannot load any Secret of its namespace into
     #: its pods' environment.
     allow_env_from: bool = field(default_factory=lambda: _env_bool("RAYTRAIN_ALLOW_ENV_FROM", True))
+    #: Whether each TrainJob gets a NetworkPolicy that admits to its pods only its own pods and
+    #: the peers below (chart value networkPolicy.enabled; builders/network.py).
+    network_policy: bool = field(default_factory=lambda: _env_bool("RAYTRAIN_NETWORK_POLICY", True))
+    #: The peers every job's NetworkPolicy admits besides the job's own pods (chart values
+    #: networkPolicy.kuberay and networkPolicy.extraIngress).
+    network_policy_ingress: list[dict[str, Any]] = field(
+        default_factory=lambda: _env_ingress("RAYTRAIN_NETWORK_POLICY_INGRESS")
+    )
     workers: int = 16
     #: kopf peering: auto (peer when the peering object exists), required (refuse to run
     #: without it), off (standalone).

@@ -68,6 +68,7 @@ CHILDREN = [
     ("Role", "digits-runtime"),
     ("RoleBinding", "digits-runtime"),
     ("PodDisruptionBudget", "digits-ray"),
+    ("NetworkPolicy", "digits-ray"),
     ("RayJob", "digits-0"),
 ]
 

@@ -19,6 +19,7 @@ import yaml
 from _required import required
 
 from raytrain_operator.api import crd as crdgen
+from raytrain_operator.builders.network import DEFAULT_INGRESS, parse_ingress
 from raytrain_operator.uninstall import Options
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -426,6 +427,8 @@ def test_uninstall_hook_can_be_turned_off(helm: str) -> None:
         ("replicas=3", "replicas"),
         ("podOverrides.allowEnvFrom=maybe", "/podOverrides/allowEnvFrom"),
         ("runtimeStatusPolicy.enabled=yes", "/runtimeStatusPolicy/enabled"),
+        ("networkPolicy.enabled=maybe", "/networkPolicy/enabled"),
+        ("networkPolicy.extraIngress[0].ports[0].port=80", "/networkPolicy/extraIngress/0"),
     ],
 )
 def test_schema_refuses_bad_values(helm: str, flag: str, complaint: str) -> None:
@@ -433,6 +436,43 @@ def test_schema_refuses_bad_values(helm: str, flag: str, complaint: str) -> None
     assert proc.returncode != 0
     assert "schema" in proc.stderr
     assert complaint in proc.stderr
+
+
+def test_network_policy_peers_reach_the_operator(
+    default: list[dict[str, Any]], full: list[dict[str, Any]]
+) -> None:
+    # The chart's default is the operator's own: KubeRay's pods, any namespace, the dashboard.
+    env = operator_env(default)
+    assert "RAYTRAIN_NETWORK_POLICY" not in env
+    assert parse_ingress(env["RAYTRAIN_NETWORK_POLICY_INGRESS"]) == DEFAULT_INGRESS
+    rules = parse_ingress(operator_env(full)["RAYTRAIN_NETWORK_POLICY_INGRESS"])
+    assert rules[0] == {
+        "from": [
+            {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}
+                },
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}},
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": 8265}],
+    }
+    assert rules[1]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    assert rules[1]["from"][0]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+    }
+
+
+def test_network_policy_off_is_passed_on_and_its_rule_dropped(helm: str) -> None:
+    docs = render(helm, "--set", "networkPolicy.enabled=false")
+    env = operator_env(docs)
+    assert env["RAYTRAIN_NETWORK_POLICY"] == "false"
+    assert "RAYTRAIN_NETWORK_POLICY_INGRESS" not in env
+    table = rules_table(one(docs, "ClusterRole")["rules"])
+    assert ("networking.k8s.io", "networkpolicies") not in table
+    assert table == {k: v for k, v in NAMESPACED_RULES.items() if k[1] != "networkpolicies"} | (
+        CLUSTER_RULES
+    )
 
 
 def _schema_gaps(values: Any, schema: dict[str, Any], path: str) -> Iterator[str]:

@@ -84,6 +84,11 @@ must hold those verbs itself (Kubernetes refuses to let a subject grant what it 
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "create", "patch", "delete"]
+{{- if .Values.networkPolicy.enabled }}
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "patch", "delete"]
+{{- end }}
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get"]
@@ -124,4 +129,18 @@ the ClusterTrainJobTemplates jobs name. */}}
 - apiGroups: ["raytrain.dev"]
   resources: ["trainjobs"]
   verbs: ["get", "list", "patch"{{ if eq .Values.uninstall.trainJobs "deleteTrainJobs" }}, "delete"{{ end }}]
+{{- end -}}
+
+{{/* The ingress rules of each TrainJob's NetworkPolicy beyond the job's own pods, as JSON:
+KubeRay's operator pods to the dashboard, then networkPolicy.extraIngress. */}}
+{{- define "raytrain-operator.networkPolicyIngress" -}}
+{{- $np := .Values.networkPolicy -}}
+{{- $peer := dict "podSelector" (dict "matchLabels" $np.kuberay.podLabels) -}}
+{{- if $np.kuberay.namespace -}}
+{{- $_ := set $peer "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" $np.kuberay.namespace)) -}}
+{{- else -}}
+{{- $_ := set $peer "namespaceSelector" (dict) -}}
+{{- end -}}
+{{- $kuberay := dict "from" (list $peer) "ports" (list (dict "protocol" "TCP" "port" 8265)) -}}
+{{- prepend ($np.extraIngress | default list) $kuberay | toJson -}}
 {{- end -}}

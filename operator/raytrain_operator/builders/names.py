@@ -45,6 +45,11 @@ def disruption_budget_name(name: str) -> str:
     return f"{name}-ray"
 
 
+def network_policy_name(name: str) -> str:
+    """The NetworkPolicy over the job's pods."""
+    return f"{name}-ray"
+
+
 def run_name(name: str, uid: str) -> str:
     """Ray Train run name: stable across attempts, new for a re-created TrainJob of this name."""
     hex_digits = uid.replace("-", "").lower()[:RUN_NAME_UID_HEX]

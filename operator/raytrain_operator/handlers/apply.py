@@ -37,12 +37,15 @@ from raytrain_operator.builders.meta import (
 from raytrain_operator.builders.names import (
     contract_configmap_name,
     disruption_budget_name,
+    network_policy_name,
     runtime_account_name,
 )
+from raytrain_operator.builders.network import build_network_policy
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
 from raytrain_operator.handlers.wake import WAKER
 from raytrain_operator.k8s import ApiException
+from raytrain_operator.settings import CONFIG
 from raytrain_operator.status import machine
 from raytrain_operator.status.machine import (
     Action,
@@ -185,6 +188,10 @@ def ensure_children(
     else:
         # spec.disruption.podDisruptionBudget turned off: the budget of an earlier attempt goes.
         k8s.delete("PodDisruptionBudget", meta.namespace, disruption_budget_name(meta.name))
+    if CONFIG.network_policy:
+        _ensure(build_network_policy(meta, CONFIG.network_policy_ingress), meta)
+    else:
+        k8s.delete("NetworkPolicy", meta.namespace, network_policy_name(meta.name))
     rayjob = build_rayjob(trainjob, meta, action.attempt, suspend=action.suspend)
     if _ensure(rayjob, meta):
         # Its ADDED event brings nothing this pass does not know: it wakes no pass.
@@ -206,6 +213,7 @@ def delete_children(meta: Meta) -> None:
     for kind in ("RoleBinding", "Role", "ServiceAccount"):
         k8s.delete(kind, meta.namespace, runtime_account_name(meta.name))
     k8s.delete("PodDisruptionBudget", meta.namespace, disruption_budget_name(meta.name))
+    k8s.delete("NetworkPolicy", meta.namespace, network_policy_name(meta.name))
 
 
 def run(
