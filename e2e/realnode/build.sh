@@ -3,12 +3,13 @@
 # outside the clone. Run it outside any network namespace: it downloads.
 #
 #   build.sh [--check] [COMPONENT...]
-#     COMPONENT: debs containerd kubelet coredns helm images (default: all)
+#     COMPONENT: debs containerd kubelet coredns kube-router helm images (default: all)
 #
 #   debs        apt-get install the missing Debian packages (runc, CNI plugins, iptables, buildah...)
 #   containerd  containerd, ctr, containerd-shim-runc-v2 (go install)
 #   kubelet     kubelet, kube-proxy (the k8s/ wrapper module)
 #   coredns     coredns (go install)
+#   kube-router kube-router (go install), run with its NetworkPolicy firewall alone
 #   helm        helm (go install helm.sh/helm/v4/cmd/helm)
 #   images      pause.tar and probe.tar: docker-archives of two one-file images (buildah, FROM scratch)
 #
@@ -24,14 +25,14 @@ source "$HERE/versions.sh"
 export GOTOOLCHAIN=local CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 
-ALL=(debs containerd kubelet coredns helm images)
+ALL=(debs containerd kubelet coredns kube-router helm images)
 CHECK_ONLY=0
 COMPONENTS=()
 for arg in "$@"; do
   case "$arg" in
     --check) CHECK_ONLY=1 ;;
     -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
-    debs | containerd | kubelet | coredns | helm | images) COMPONENTS+=("$arg") ;;
+    debs | containerd | kubelet | coredns | kube-router | helm | images) COMPONENTS+=("$arg") ;;
     *) echo "realnode/build.sh: unknown argument '$arg' (components: ${ALL[*]})" >&2; exit 2 ;;
   esac
 done
@@ -51,6 +52,7 @@ binaries_of() {
     containerd) echo containerd ctr containerd-shim-runc-v2 ;;
     kubelet) echo kubelet kube-proxy ;;
     coredns) echo coredns ;;
+    kube-router) echo kube-router ;;
     helm) echo helm ;;
     images) echo pause.tar probe.tar ;;
   esac
@@ -64,6 +66,7 @@ fingerprint() {
       containerd) echo "$CONTAINERD_VERSION $CONTAINERD_TAGS $CONTAINERD_LDFLAGS" ;;
       kubelet) cat "$HERE/k8s/go.mod" ;;
       coredns) echo "$COREDNS_VERSION" ;;
+      kube-router) echo "$KUBE_ROUTER_VERSION" ;;
       helm) echo "$HELM_VERSION $HELM_LDFLAGS" ;;
       images) cat "$HERE"/pause/* "$HERE"/probe/*; echo "$PAUSE_IMAGE $PROBE_IMAGE" ;;
     esac
@@ -133,6 +136,10 @@ go_build() {
       ;;
     coredns)
       GOBIN="$out" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
+      ;;
+    kube-router)
+      GOBIN="$out" go install -trimpath -ldflags "-s -w" \
+        "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
       ;;
     helm)
       GOBIN="$out" go install -trimpath -ldflags "$HELM_LDFLAGS" "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"

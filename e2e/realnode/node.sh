@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One real Kubernetes node, `realnode`, joined to a running local control plane: containerd,
-# the kubelet, kube-proxy and CoreDNS as local processes, pods on a CNI bridge. cluster.sh
+# the kubelet, kube-proxy, kube-router's NetworkPolicy firewall and CoreDNS as local processes,
+# pods on a CNI bridge. cluster.sh
 # calls this; it is not meant to be run by hand.
 #
 #   node.sh up              start the node (idempotent); needs the variables below
@@ -44,10 +45,12 @@ SOCK="$RN/containerd/containerd.sock"
 BIN_CONTAINERD="$(node_bindir containerd)"
 BIN_KUBELET="$(node_bindir kubelet)"
 BIN_COREDNS="$(node_bindir coredns)"
+BIN_KUBE_ROUTER="$(node_bindir kube-router)"
 IMAGES="$(node_bindir images)"
 export PATH="$BIN_CONTAINERD:$PATH" # containerd finds its shim on PATH
 TIMEOUT="${RAYTRAIN_UP_TIMEOUT:-180}"
-PROCS=(containerd kubelet kube-proxy coredns) # start order; stopped in reverse
+PROCS=(containerd kubelet kube-proxy kube-router coredns) # start order; stopped in reverse
+KUBE_ROUTER_HEALTH_PORT=20244
 
 START=$SECONDS
 log() { printf '[realnode +%ss] %s\n' "$((SECONDS - START))" "$*" >&2; }
@@ -74,6 +77,7 @@ binary_of() {
     containerd) echo "$BIN_CONTAINERD/containerd" ;;
     kubelet | kube-proxy) echo "$BIN_KUBELET/$1" ;;
     coredns) echo "$BIN_COREDNS/coredns" ;;
+    kube-router) echo "$BIN_KUBE_ROUTER/kube-router" ;;
   esac
 }
 
@@ -311,16 +315,18 @@ node_ready() {
 }
 
 coredns_ready() { curl -fsS -m 2 http://127.0.0.1:8181/ready; }
+kube_router_ready() { curl -fsS -m 2 "http://127.0.0.1:$KUBE_ROUTER_HEALTH_PORT/healthz"; }
 
 cmd_up() {
   local missing
   require_netns
-  if ! missing="$(bash "$HERE/build.sh" --check containerd kubelet coredns images 2>&1)"; then
+  if ! missing="$(bash "$HERE/build.sh" --check containerd kubelet coredns kube-router images 2>&1)"; then
     die "the real node's binaries are not built (and this namespace cannot download):" \
       "run 'bash e2e/realnode/build.sh' outside the namespace first. $(echo "$missing" | grep needs | tr '\n' ' ')"
   fi
-  [ -x "$RUNC" ] && [ -x "$CNI_BIN_DIR/bridge" ] && command -v iptables >/dev/null ||
-    die "runc, the CNI plugins or iptables are missing: run 'bash e2e/realnode/build.sh debs'"
+  [ -x "$RUNC" ] && [ -x "$CNI_BIN_DIR/bridge" ] && command -v iptables >/dev/null &&
+    command -v ipset >/dev/null ||
+    die "runc, the CNI plugins, iptables or ipset are missing: run 'bash e2e/realnode/build.sh debs'"
   [ "$(id -u)" = 0 ] || die "the real node needs root (mounts, cgroups, iptables)"
   mkdir -p "$RN" "$REALNODE_CACHE"
   check_single_node
@@ -355,12 +361,22 @@ cmd_up() {
   kc uncordon "$NODE_NAME" >/dev/null
 
   start_proc kube-proxy --config="$RN/kube-proxy.yaml" --v=1
+  # NetworkPolicy: kube-router's firewall alone (iptables and ipsets); the bridge plugin still
+  # does the pod network and kube-proxy the Services.
+  start_proc kube-router --kubeconfig="$REALNODE_KUBECONFIG" --hostname-override="$NODE_NAME" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
+    --enable-ipv6=false --service-cluster-ip-range="$SERVICE_CIDR" \
+    --health-port="$KUBE_ROUTER_HEALTH_PORT" --metrics-port=0 --v=1
   start_proc coredns -conf "$RN/Corefile"
   wait_until "$TIMEOUT" "CoreDNS ready" coredns_ready ||
     die "CoreDNS not ready within ${TIMEOUT}s (log: $RN/logs/coredns.log)"
   wait_until "$TIMEOUT" "kube-proxy healthz" curl -fsS -m 2 http://127.0.0.1:10356/healthz ||
     die "kube-proxy not healthy within ${TIMEOUT}s (log: $RN/logs/kube-proxy.log)"
-  log "real node up: containerd $CONTAINERD_VERSION ($SOCK), kubelet/kube-proxy $NODE_K8S_VERSION, CoreDNS $COREDNS_VERSION at $NODE_IP"
+  wait_until "$TIMEOUT" "kube-router healthz" kube_router_ready || {
+    tail -n 20 "$RN/logs/kube-router.log" >&2
+    die "kube-router not healthy within ${TIMEOUT}s (log: $RN/logs/kube-router.log)"
+  }
+  log "real node up: containerd $CONTAINERD_VERSION ($SOCK), kubelet/kube-proxy $NODE_K8S_VERSION, kube-router $KUBE_ROUTER_VERSION, CoreDNS $COREDNS_VERSION at $NODE_IP"
 }
 
 # Delete the node's pods and wait until containerd runs no task; kill what is left.
@@ -429,6 +445,12 @@ cleanup_host() {
       "$(binary_of kube-proxy)" --config="$RN/kube-proxy.yaml" --cleanup >>"$RN/logs/kube-proxy.log" 2>&1 || true
     fi
     remove_chains
+    # kube-router's ipsets, once no rule refers to them.
+    if command -v ipset >/dev/null; then
+      for m in $(ipset list -n 2>/dev/null | grep -E '^(KUBE-|kube-router)' || true); do
+        ipset destroy "$m" 2>/dev/null || log "WARNING: could not destroy the ipset $m"
+      done
+    fi
     ip link delete "$POD_BRIDGE" 2>/dev/null || true
     ip link delete "$NODE_BRIDGE" 2>/dev/null || true
   fi

@@ -41,10 +41,15 @@ def _cache() -> Path:
 
 
 def _node_binaries() -> set[str]:
-    """Paths of the kubelet and containerd binaries that e2e/realnode/build.sh built."""
+    """Paths of the kubelet, containerd and kube-router binaries e2e/realnode/build.sh built."""
     root = _cache() / "realnode"
     return {
-        str(p) for p in (*root.glob("kubelet-*/kubelet"), *root.glob("containerd-*/containerd"))
+        str(p)
+        for p in (
+            *root.glob("kubelet-*/kubelet"),
+            *root.glob("containerd-*/containerd"),
+            *root.glob("kube-router-*/kube-router"),
+        )
     }
 
 
@@ -186,6 +191,53 @@ def test_pod_reaches_a_service_by_its_dns_name(real_node: KubeCluster, namespace
     assert logs.strip().splitlines()[-1] == "probe web", logs
 
 
+def test_network_policy_is_enforced_on_the_real_node(
+    real_node: KubeCluster, namespace: str
+) -> None:
+    """kube-router's firewall: a policy admits only the peers it names, in its namespace."""
+    server = _pod("guarded", ["serve", "8080"])
+    server["metadata"]["labels"] = {"app": "guarded"}
+    real_node.apply(server, namespace)
+    real_node.apply(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "guarded"},
+            "spec": {
+                "podSelector": {"matchLabels": {"app": "guarded"}},
+                "policyTypes": ["Ingress"],
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "friend"}}}]}],
+            },
+        },
+        namespace,
+    )
+    _wait_phase(real_node, namespace, "guarded", "Running")
+    ip = real_node.get_json("pod", "guarded", "-n", namespace)["status"]["podIP"]
+    url = f"http://{ip}:8080/"
+
+    other = f"{namespace[:50]}-other"
+    real_node.kubectl("create", "namespace", other)
+    try:
+        friend = _pod("friend", ["fetch", "-timeout", "60s", url])
+        friend["metadata"]["labels"] = {"role": "friend"}
+        real_node.apply(friend, namespace)
+        # Not named by the policy, or named but in another namespace: both refused.
+        real_node.apply(_pod("stranger", ["fetch", "-timeout", "15s", url]), namespace)
+        outsider = _pod("outsider", ["fetch", "-timeout", "15s", url])
+        outsider["metadata"]["labels"] = {"role": "friend"}
+        real_node.apply(outsider, other)
+
+        _wait_phase(real_node, namespace, "friend", "Succeeded")
+        logs = real_node.kubectl("logs", "-n", namespace, "friend").stdout
+        assert logs.strip().splitlines()[-1] == "probe guarded", logs
+        for ns, name in ((namespace, "stranger"), (other, "outsider")):
+            _wait_phase(real_node, ns, name, "Failed")
+            logs = real_node.kubectl("logs", "-n", ns, name).stdout
+            assert "probe guarded" not in logs, logs
+    finally:
+        real_node.kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
 def test_pod_without_the_toleration_never_lands_on_the_real_node(
     real_node: KubeCluster, namespace: str
 ) -> None:
@@ -256,6 +308,8 @@ def test_node_down_stops_every_process_and_restores_the_host(real_node: KubeClus
                 rules = _run(tool, "-t", table, "-S")
                 left = [r for r in rules.splitlines() if "KUBE-" in r or "CNI-" in r]
                 assert left == [], f"{tool} -t {table} still has {left}"
+        sets = [s for s in _run("ipset", "list", "-n").split() if s.startswith(("KUBE-", "kube"))]
+        assert sets == [], f"kube-router's ipsets remain: {sets}"
         links = _run("ip", "-o", "link", "show")
         assert " rn0:" not in links and " rnnode0:" not in links, links
     finally:

@@ -3,9 +3,10 @@
 The operator runs as a pod installed by our chart; KubeRay starts a real Ray head and two real
 workers from the trainer-runtime image built from our Dockerfile; KubeRay's submitter submits the
 driver; checkpoints land in MinIO. Then faults a user meets: a worker pod deleted mid-training,
-the head pod deleted mid-training, and a suspend and resume; a pod of another namespace trying
-the training cluster's head. A shared volume for checkpoints and a Tune search do not pass yet
-(marker `realpods_pending`, left out of `make test`; docs/real-node.md says what each hits).
+the head pod deleted mid-training, and a suspend and resume; pods of another namespace and of
+the job's own trying the training cluster's head (its NetworkPolicy, then Ray's token). A
+shared volume for checkpoints and a Tune search do not pass yet (marker `realpods_pending`,
+left out of `make test`; docs/real-node.md says what each hits).
 
 Needs the real node (marker `realnode`), so it runs only inside the network namespace that
 `make test` creates (e2e/netns/run.sh). The fault tests also carry the marker `realpods_faults`
@@ -546,32 +547,91 @@ def test_a_tune_search_runs_two_trials_on_real_pods(real_world: RealWorld, names
     assert trainer["step"] == 4, trainer  # 2 trials x 2 epochs, through one reporter
 
 
-# What a pod of another namespace tries against a training cluster's head: the dashboard's job
-# API (submitting code there runs it on the cluster) and a Ray client connection to the GCS.
+# What another pod tries against a training cluster's head: the dashboard's job API (submitting
+# code there runs it on the cluster) and a TCP connection to the GCS. The name is resolved
+# first, so an address that cannot be reached is told apart from a name that does not resolve.
 INTRUDER = r"""
-import json, socket, sys, urllib.error, urllib.request
-head = sys.argv[1]
-out = {}
+import json, socket, sys, time, urllib.error, urllib.request
+head, patience = sys.argv[1], float(sys.argv[2])
+out = {"resolved": False}
 try:
-    urllib.request.urlopen(f"http://{head}:8265/api/jobs/", timeout=20)
-    out["dashboard"] = 200
-except urllib.error.HTTPError as exc:
-    out["dashboard"] = exc.code
+    ip = socket.gethostbyname(head)
+    out["resolved"] = True
 except OSError as exc:
-    out["dashboard"] = f"unreachable: {exc}"
+    print("RESULT " + json.dumps(out | {"error": str(exc)}), flush=True)
+    sys.exit(0)
+def call(request):
+    try:
+        urllib.request.urlopen(request, timeout=3)
+        return 200
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError as exc:
+        return "unreachable"
+def gcs():
+    try:
+        socket.create_connection((ip, 6379), timeout=3).close()
+        return "open"
+    except OSError:
+        return "unreachable"
 body = json.dumps({"entrypoint": "echo intruder"}).encode()
-request = urllib.request.Request(
-    f"http://{head}:8265/api/jobs/", data=body, headers={"Content-Type": "application/json"}
+submit = urllib.request.Request(
+    f"http://{ip}:8265/api/jobs/", data=body, headers={"Content-Type": "application/json"}
 )
-try:
-    urllib.request.urlopen(request, timeout=20)
-    out["submit"] = 200
-except urllib.error.HTTPError as exc:
-    out["submit"] = exc.code
-except OSError as exc:
-    out["submit"] = f"unreachable: {exc}"
+# A policy reaches a new pod's address a few seconds after the pod starts: try until something
+# answers or the patience runs out.
+deadline = time.monotonic() + patience
+while True:
+    out |= {"dashboard": call(f"http://{ip}:8265/api/jobs/"), "submit": call(submit), "gcs": gcs()}
+    if "unreachable" not in out.values() or time.monotonic() > deadline:
+        break
+    time.sleep(2)
 print("RESULT " + json.dumps(out), flush=True)
 """
+
+
+#: How long a refused pod keeps trying: well past the time the policy takes to reach a new pod.
+INTRUDER_PATIENCE = 40
+
+
+def _intruder(real_world: RealWorld, name: str, namespace: str, head: str, **labels: str) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            **ON_REAL_NODE,
+            "restartPolicy": "Never",
+            "securityContext": {"runAsUser": 1000, "runAsNonRoot": True},
+            "containers": [
+                {
+                    "name": "intruder",
+                    "image": real_world.images.runtime_image,
+                    "imagePullPolicy": "Never",
+                    "command": ["python", "-c", INTRUDER, head, str(INTRUDER_PATIENCE)],
+                    "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}},
+                }
+            ],
+        },
+    }
+    real_world.cluster.apply(pod)
+
+
+def _intruder_result(cluster: KubeCluster, name: str, namespace: str) -> dict[str, Any]:
+    phase = wait_for(
+        lambda: (
+            p
+            if (p := cluster.get_json("pod", name, "-n", namespace)["status"].get("phase"))
+            in ("Succeeded", "Failed")
+            else None
+        ),
+        timeout=START_TIMEOUT,
+        what=f"the pod {namespace}/{name} to finish",
+    )
+    logs = cluster.kubectl("logs", name, "-n", namespace).stdout
+    assert phase == "Succeeded", logs
+    result: dict[str, Any] = json.loads(logs.split("RESULT ", 1)[1].splitlines()[0])
+    return result
 
 
 def test_a_pod_of_another_namespace_cannot_use_the_training_clusters_head(
@@ -581,6 +641,8 @@ def test_a_pod_of_another_namespace_cannot_use_the_training_clusters_head(
     _apply_digits(real_world, namespace, "guarded", epochs=FAULT_EPOCHS)
     tj = _wait_checkpoint(real_world, namespace, "guarded", 1)
     head = f"{tj['status']['rayClusterName']}-head-svc.{namespace}.svc.cluster.local"
+    policy = cluster.get_json("networkpolicy", "guarded-ray", "-n", namespace)
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"raytrain.dev/trainjob": "guarded"}}
 
     other = f"{namespace[:50]}-other"
     cluster.kubectl("create", "namespace", other)
@@ -592,43 +654,23 @@ def test_a_pod_of_another_namespace_cannot_use_the_training_clusters_head(
             timeout=60,
             what=f"the default ServiceAccount in {other}",
         )
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "intruder", "namespace": other},
-            "spec": {
-                **ON_REAL_NODE,
-                "restartPolicy": "Never",
-                "securityContext": {"runAsUser": 1000, "runAsNonRoot": True},
-                "containers": [
-                    {
-                        "name": "intruder",
-                        "image": real_world.images.runtime_image,
-                        "imagePullPolicy": "Never",
-                        "command": ["python", "-c", INTRUDER, head],
-                        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}},
-                    }
-                ],
-            },
-        }
-        cluster.apply(pod)
-        phase = wait_for(
-            lambda: (
-                p
-                if (p := cluster.get_json("pod", "intruder", "-n", other)["status"].get("phase"))
-                in ("Succeeded", "Failed")
-                else None
-            ),
-            timeout=START_TIMEOUT,
-            what="the intruder pod to finish",
-        )
-        logs = cluster.kubectl("logs", "intruder", "-n", other).stdout
-        assert phase == "Succeeded", logs
-        result = json.loads(logs.split("RESULT ", 1)[1].splitlines()[0])
-        # Ray's token authentication: the head answers, and refuses without the job's token.
-        assert result == {"dashboard": 401, "submit": 401}, result
+        # Three at once: a pod of another namespace, even one that copies the job's label; a
+        # pod of the job's namespace that is not the job's; and a pod the job's policy admits
+        # (it carries the job's label) but that holds no Ray token.
+        _intruder(real_world, "intruder", other, head, **{"raytrain.dev/trainjob": "guarded"})
+        _intruder(real_world, "neighbour", namespace, head)
+        _intruder(real_world, "impostor", namespace, head, **{"raytrain.dev/trainjob": "guarded"})
+        blocked = {"resolved": True, "dashboard": "unreachable", "submit": "unreachable"}
+        blocked |= {"gcs": "unreachable"}
+        # The job's NetworkPolicy: nothing of another namespace or another job gets through.
+        assert _intruder_result(cluster, "intruder", other) == blocked
+        assert _intruder_result(cluster, "neighbour", namespace) == blocked
+        # Past the policy, Ray's token authentication: the head answers and refuses.
+        admitted = _intruder_result(cluster, "impostor", namespace)
+        assert admitted == {"resolved": True, "dashboard": 401, "submit": 401, "gcs": "open"}
     finally:
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+        cluster.kubectl("delete", "pod", "neighbour", "impostor", "-n", namespace, check=False)
 
     done = wait_condition(cluster, namespace, "guarded", "Succeeded", TRAIN_TIMEOUT)
     assert done["status"]["trainerStatus"]["epoch"] == FAULT_EPOCHS - 1
