@@ -96,6 +96,7 @@ log "installing raytrain-operator from charts/raytrain-operator"
 "$HELM" install raytrain-operator charts/raytrain-operator \
   --namespace "$SYSTEM_NS" --create-namespace \
   --set image.repository="${OPERATOR_IMAGE%:*}" --set image.tag="${OPERATOR_IMAGE##*:}" \
+  --set networkPolicy.kuberay.namespace=kuberay-system \
   --set verbose=true --wait --timeout 5m
 kubectl get crd trainjobs.raytrain.dev
 
