@@ -166,10 +166,15 @@ def test_pod_runs_on_the_real_node_and_its_logs_are_readable(
     assert logs == f"real {word}\n"
 
 
+def _serve(cluster: KubeCluster, namespace: str, name: str) -> None:
+    """A probe pod answering HTTP on 8080, labelled app=<name>."""
+    server = _pod(name, ["serve", "8080"])
+    server["metadata"]["labels"] = {"app": name}
+    cluster.apply(server, namespace)
+
+
 def test_pod_reaches_a_service_by_its_dns_name(real_node: KubeCluster, namespace: str) -> None:
-    server = _pod("web", ["serve", "8080"])
-    server["metadata"]["labels"] = {"app": "web"}
-    real_node.apply(server, namespace)
+    _serve(real_node, namespace, "web")
     real_node.apply(
         {
             "apiVersion": "v1",
@@ -195,9 +200,7 @@ def test_network_policy_is_enforced_on_the_real_node(
     real_node: KubeCluster, namespace: str
 ) -> None:
     """kube-router's firewall: a policy admits only the peers it names, in its namespace."""
-    server = _pod("guarded", ["serve", "8080"])
-    server["metadata"]["labels"] = {"app": "guarded"}
-    real_node.apply(server, namespace)
+    _serve(real_node, namespace, "guarded")
     real_node.apply(
         {
             "apiVersion": "networking.k8s.io/v1",
