@@ -7,8 +7,9 @@ Measures, in one run:
   baseline create rate;
 - operator RSS (VmRSS of the process) once all N have their RayJob;
 - API requests per TrainJob lifecycle (create → RayJob → runtime reports Succeeded →
-  Succeeded condition → delete → gone), from kube-apiserver's `apiserver_request_total`, less
-  the requests this script makes itself. The KubeRay operator is paused (SIGSTOP) for this
+  Succeeded condition → delete → gone), from kube-apiserver's `apiserver_request_total` over
+  the resources in COUNTED, less the requests this script makes itself; in all, and by verb and
+  resource (`api_requests_per_lifecycle_by_request`). The KubeRay operator is paused (SIGSTOP) for this
   part only, so that the count is the operator's own; the controller-manager's few requests
   are included, so the figure is an upper bound;
 - the idle steady state once all N have their RayJob: over --idle-seconds (default 600), the
@@ -56,7 +57,13 @@ COUNTED = {
     "events",
     "secrets",
     "persistentvolumeclaims",
+    "poddisruptionbudgets",
+    "networkpolicies",
+    "rayclusters",
+    "pods",
 }
+#: A series of `apiserver_request_total`: (resource, subresource, verb).
+Series = tuple[str, str, str]
 
 
 def cluster_up(nodes: int, env: dict[str, str]) -> str:
@@ -84,7 +91,8 @@ def trainjob(name: str) -> dict[str, Any]:
     }
 
 
-def request_total(api_client: Any) -> float:
+def request_series(api_client: Any) -> dict[Series, float]:
+    """kube-apiserver's request counts so far, by resource, subresource and verb."""
     response = api_client.call_api(
         "/metrics",
         "GET",
@@ -92,14 +100,14 @@ def request_total(api_client: Any) -> float:
         _return_http_data_only=True,
         _preload_content=False,
     )
-    total = 0.0
+    counts: dict[Series, float] = {}
     for line in response.data.decode().splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
-        match = re.search(r'resource="([^"]*)"', line)
-        if match and match.group(1) in COUNTED:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+        key = (labels.get("resource", ""), labels.get("subresource", ""), labels.get("verb", ""))
+        counts[key] = counts.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
 
 
 def rss_mib(pid: int) -> float:
@@ -308,19 +316,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def requests_by_resource(api_client: Any) -> dict[str, float]:
-    response = api_client.call_api(
-        "/metrics",
-        "GET",
-        auth_settings=["BearerToken"],
-        _return_http_data_only=True,
-        _preload_content=False,
-    )
     totals: dict[str, float] = {}
-    for line in response.data.decode().splitlines():
-        if line.startswith("apiserver_request_total{"):
-            match = re.search(r'resource="([^"]*)"', line)
-            resource = match.group(1) if match else ""
-            totals[resource] = totals.get(resource, 0.0) + float(line.rsplit(" ", 1)[1])
+    for (resource, _, _), count in request_series(api_client).items():
+        totals[resource] = totals.get(resource, 0.0) + count
     return totals
 
 
@@ -376,21 +374,26 @@ def _idle(
 def _lifecycle(args: argparse.Namespace, api_client: Any, custom: Any) -> dict[str, Any]:
     """API requests per TrainJob lifecycle, on a fresh batch before anything else runs."""
     n = args.lifecycle_jobs
-    before = request_total(api_client)
-    own = 0
+    before = request_series(api_client)
+    own: dict[Series, int] = {}
+
+    def mine(subresource: str, verb: str) -> None:
+        key = ("trainjobs", subresource, verb)
+        own[key] = own.get(key, 0) + 1
+
     for i in range(n):
         custom.create_namespaced_custom_object(
             GROUP, VERSION, "bench", PLURAL, trainjob(f"life-{i}")
         )
-        own += 1
+        mine("", "CREATE")
     pending = {f"life-{i}" for i in range(n)}
     deadline = time.monotonic() + 600
     while pending and time.monotonic() < deadline:
         for name in list(pending):
-            own += 1
+            mine("", "GET")
             obj = custom.get_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, name)
             if (obj.get("status") or {}).get("rayJobName"):
-                own += 1
+                mine("status", "PATCH")
                 custom.patch_namespaced_custom_object_status(
                     GROUP,
                     VERSION,
@@ -411,7 +414,7 @@ def _lifecycle(args: argparse.Namespace, api_client: Any, custom: Any) -> dict[s
         time.sleep(0.5)
     succeeded: set[str] = set()
     while len(succeeded) < n and time.monotonic() < deadline:
-        own += 1
+        mine("", "LIST")
         items = custom.list_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL)["items"]
         for obj in items:
             conds = {
@@ -421,20 +424,31 @@ def _lifecycle(args: argparse.Namespace, api_client: Any, custom: Any) -> dict[s
                 succeeded.add(obj["metadata"]["name"])
         time.sleep(1.0)
     for i in range(n):
-        own += 1
+        mine("", "DELETE")
         custom.delete_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, f"life-{i}")
     gone_deadline = time.monotonic() + 300
     while time.monotonic() < gone_deadline:
-        own += 1
+        mine("", "LIST")
         items = custom.list_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL)["items"]
         if not any(o["metadata"]["name"].startswith("life-") for o in items):
             break
         time.sleep(1.0)
-    after = request_total(api_client)
+    after = request_series(api_client)
+    per_job = {
+        key: (after.get(key, 0.0) - before.get(key, 0.0) - own.get(key, 0)) / n
+        for key in set(after) | set(before)
+        if key[0] in COUNTED
+    }
+    by_request = {
+        f"{verb} {resource}{'/' + sub if sub else ''}": round(v, 2)
+        for (resource, sub, verb), v in sorted(per_job.items(), key=lambda kv: -kv[1])
+        if round(v, 2)
+    }
     return {
         "lifecycle_jobs": n,
         "lifecycle_succeeded": len(succeeded),
-        "api_requests_per_lifecycle": round((after - before - own) / n, 1),
+        "api_requests_per_lifecycle": round(sum(per_job.values()), 1),
+        "api_requests_per_lifecycle_by_request": by_request,
     }
 
 
