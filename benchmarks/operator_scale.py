@@ -8,10 +8,10 @@ Measures, in one run:
 - operator RSS (VmRSS of the process) once all N have their RayJob;
 - API requests per TrainJob lifecycle (create → RayJob → runtime reports Succeeded →
   Succeeded condition → delete → gone), from kube-apiserver's `apiserver_request_total` over
-  the resources in COUNTED, less the requests this script makes itself; in all, and by verb and
-  resource (`api_requests_per_lifecycle_by_request`). The KubeRay operator is paused (SIGSTOP) for this
-  part only, so that the count is the operator's own; the controller-manager's few requests
-  are included, so the figure is an upper bound;
+  the resources in COUNTED, less the requests this script makes itself; in all, and by verb
+  and resource (`api_requests_per_lifecycle_by_request`). The KubeRay operator is paused
+  (SIGSTOP) for this part only, so that the count is the operator's own; the
+  controller-manager's few requests are included, so the figure is an upper bound;
 - the idle steady state once all N have their RayJob: over --idle-seconds (default 600), the
   operator's CPU seconds, its RSS at the end, its passes/s by what started them (its own
   /metrics), and kube-apiserver's requests/s by resource (KubeRay's included while it runs).
@@ -378,6 +378,7 @@ def _lifecycle(args: argparse.Namespace, api_client: Any, custom: Any) -> dict[s
     own: dict[Series, int] = {}
 
     def mine(subresource: str, verb: str) -> None:
+        """Count one request of this script, under the verb kube-apiserver's metric gives it."""
         key = ("trainjobs", subresource, verb)
         own[key] = own.get(key, 0) + 1
 
@@ -385,7 +386,7 @@ def _lifecycle(args: argparse.Namespace, api_client: Any, custom: Any) -> dict[s
         custom.create_namespaced_custom_object(
             GROUP, VERSION, "bench", PLURAL, trainjob(f"life-{i}")
         )
-        mine("", "CREATE")
+        mine("", "POST")
     pending = {f"life-{i}" for i in range(n)}
     deadline = time.monotonic() + 600
     while pending and time.monotonic() < deadline:
