@@ -10,3 +10,6 @@ for bench in benchmarks/runtime_vs_torchrun.py benchmarks/checkpoint_vs_boto3.py
     python "$bench"
   fi
 done
+# The real node lives only inside a network namespace of its own (e2e/netns/run.sh).
+echo "== benchmarks/netpol_admission.py"
+bash e2e/netns/run.sh python benchmarks/netpol_admission.py
