@@ -12,6 +12,7 @@ production failure of kopf operators.
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import logging
 import os
 from collections.abc import Iterable
@@ -79,7 +80,7 @@ def _env_bool(name: str, default: bool) -> bool:
 def _env_ingress(name: str) -> list[dict[str, Any]]:
     """A JSON list of NetworkPolicy ingress rules; unset or empty: KubeRay to the dashboard."""
     value = (os.environ.get(name) or "").strip()
-    return parse_ingress(value, name) if value else [dict(rule) for rule in DEFAULT_INGRESS]
+    return parse_ingress(value, name) if value else copy.deepcopy(DEFAULT_INGRESS)
 
 
 @dataclass
