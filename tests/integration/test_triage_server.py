@@ -8,6 +8,7 @@ operator reads, not from that report. A user exception fails the job without a r
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -38,13 +39,19 @@ def failed_report(message: str) -> dict[str, Any]:
     return {"phase": "Failed", "attempt": 0, "message": message, "lastUpdatedTime": utc_now()}
 
 
-def _unschedulable_pod(cluster: KubeCluster, ns: str, name: str) -> dict[str, Any] | None:
+def _unschedulable_pods(cluster: KubeCluster, ns: str, name: str) -> list[dict[str, Any]]:
     selector = f"raytrain.dev/trainjob={name},raytrain.dev/attempt=0"
+    found = []
     for pod in cluster.get_json("pods", "-n", ns, "-l", selector)["items"]:
         for cond in pod.get("status", {}).get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
-                return dict(pod)
-    return None
+                found.append(dict(pod))
+    return found
+
+
+def _unschedulable_pod(cluster: KubeCluster, ns: str, name: str) -> dict[str, Any] | None:
+    pods = _unschedulable_pods(cluster, ns, name)
+    return pods[0] if pods else None
 
 
 def test_workers_no_node_can_hold_fail_the_attempt_as_unschedulable(
@@ -65,7 +72,13 @@ def test_workers_no_node_can_hold_fail_the_attempt_as_unschedulable(
     runtime_report(kube_cluster, ns, name, failed_report("the Ray job ended"))
     failed = wait_condition(kube_cluster, ns, name, "Failed")
     assert failed["reason"] == "Unschedulable", failed
-    assert pod["metadata"]["name"] in failed["message"] and words in failed["message"]
+    # Both workers are Pending for the same reason; the message may name either of them.
+    named = re.search(r"pod (\S+) cannot be scheduled", failed["message"])
+    assert named, failed["message"]
+    pending = {p["metadata"]["name"] for p in _unschedulable_pods(kube_cluster, ns, name)}
+    assert named.group(1) in pending, (named.group(1), pending)
+    assert named.group(1).startswith(f"{name}-0-") and "-workers-worker-" in named.group(1)
+    assert words in failed["message"]
     assert "the Ray job ended" in failed["message"]
 
     def attempt_event() -> dict[str, Any] | None:
