@@ -31,11 +31,13 @@ DATA_CPUS = 1
 
 
 def cpus_needed(contract: Contract) -> int:
-    """Logical CPUs for the local Ray: the workers', a Tune trial driver's, Ray Data's."""
-    # A Tune trial's driver takes a sliver of a CPU next to its workers.
-    extra = 1 if contract.tune is not None else 0
+    """Logical CPUs for the local Ray: the workers' and Ray Data's.
+
+    A Tune trial's driver asks for no CPU (trainer_runtime/tune.py): it takes a share of the
+    head's own resource, which the one local node has.
+    """
     data = DATA_CPUS if contract.datasets else 0
-    return max(1, math.ceil(training_cpus(contract)) + extra + data)
+    return max(1, math.ceil(training_cpus(contract)) + data)
 
 
 def run_local(

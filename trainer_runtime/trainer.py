@@ -486,10 +486,12 @@ def _run_training(
         error_bridge = _make_error_bridge(queue)
         bridges = [bridge] if error_bridge is None else [bridge, error_bridge]
         if contract.tune is not None:
-            from trainer_runtime.tune import run_tune
+            from trainer_runtime.tune import concurrent_trials, run_tune
 
+            trials = concurrent_trials(contract.tune)
+            log.info("search: up to %d trial(s) at once", trials)
             grid = run_tune(
-                contract.tune,
+                contract.tune.model_copy(update={"max_concurrent_trials": trials}),
                 contract.config,
                 lambda cfg, name, cbs: make_trainer(
                     contract, train_fn, target, [*cbs, *bridges], config=cfg, name=name
@@ -498,13 +500,15 @@ def _run_training(
                 storage_path=target.path,
                 storage_filesystem=target.filesystem,
             )
+            # Every trial failed: say why, before Tune's "No best trial found" (which reads as
+            # a metric the loop does not report) when none of them reported at all.
+            errors = [r.error for r in grid if r.error is not None]
+            if errors and len(errors) == len(grid):
+                raise errors[0]
             best = grid.get_best_result()
             outcome = f"best trial of {len(grid)}: {contract.tune.metric}=" + str(
                 best.metrics.get(contract.tune.metric) if best.metrics else None
             )
-            errors = [r.error for r in grid if r.error is not None]
-            if errors and len(errors) == len(grid):
-                raise errors[0]
         else:
             result = make_trainer(contract, train_fn, target, bridges).fit()
             metrics = result.metrics or {}

@@ -12,7 +12,20 @@ from typing import Any
 
 from raytrain_contract import ContractError, TuneSettings
 
-TRIAL_DRIVER_CPU = 0.01
+#: Ray's own resource of the head node (every Ray cluster's head has 1 of it).
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+#: What one trial's driver takes of it: room for far more concurrent trials than a head holds.
+TRIAL_DRIVER_HEAD_SHARE = 0.001
+
+
+def concurrent_trials(settings: TuneSettings) -> int:
+    """Trials run at once: ``maxConcurrentTrials``, else 1.
+
+    The operator sizes the worker group for that many trials. Left to Ray, the count would
+    have no bound: a trial's driver asks only for a share of the head, so every trial would
+    start a driver there (each imports torch) and wait for workers that never come.
+    """
+    return settings.max_concurrent_trials or 1
 
 
 def translate_param_space(
@@ -86,9 +99,12 @@ def run_tune(
             reduction_factor=s.reduction_factor,
         )
     param_space = {**base_config, **translate_param_space(settings.param_space)}
-    # The trial function only drives its TorchTrainer, whose workers hold the CPUs and GPUs;
-    # Tune refuses an empty request, so it asks for a sliver of a CPU.
-    trainable = tune.with_resources(trial, {"cpu": TRIAL_DRIVER_CPU})
+    # The trial function only drives its TorchTrainer, whose workers hold the CPUs and GPUs.
+    # It runs on the head, beside the runtime's own driver: the TorchTrainer's controller is
+    # placed on the trial's node, and the two together (torch imported in each, about 0.6 GB)
+    # on a worker pod push that pod over its memory limit. The head advertises no CPU, so
+    # the trial asks for none and takes a sliver of the head's own resource instead.
+    trainable = tune.with_resources(trial, {"cpu": 0, HEAD_NODE_RESOURCE: TRIAL_DRIVER_HEAD_SHARE})
     experiment = f"{storage_path.rstrip('/')}/{run_name}"
     if tune.Tuner.can_restore(experiment, storage_filesystem=storage_filesystem):
         # A retry of the same run: finish the search, never start it over.

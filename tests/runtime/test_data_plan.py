@@ -109,3 +109,13 @@ def test_the_resumed_sampler_yields_the_rest_of_the_epoch_in_the_same_order() ->
     assert other_epoch != list(EpochSampler(size, seed=3, epoch=1, rank=0, world=world,
                                             batch_size=batch))  # fmt: skip
     assert batches_per_epoch(size, world, batch) == 7
+
+
+def test_a_search_runs_one_trial_at_a_time_unless_told_more(make_doc: Any) -> None:
+    from trainer_runtime.tune import concurrent_trials
+
+    doc = contract(make_doc, numWorkers=2)
+    doc["tune"] = {"paramSpace": {"lr": {"grid": [0.1, 0.2]}}, "metric": "accuracy"}
+    assert concurrent_trials(load_contract(doc).tune) == 1
+    doc["tune"]["maxConcurrentTrials"] = 3
+    assert concurrent_trials(load_contract(doc).tune) == 3

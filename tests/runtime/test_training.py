@@ -122,6 +122,25 @@ def test_a_raising_loop_ends_in_a_failed_report_naming_the_error(
     assert "ValueError" in final["message"] and "label tensor has shape" in final["message"]
 
 
+def test_a_search_whose_every_trial_raises_names_the_trials_error(
+    make_doc: Any, tmp_path: Path
+) -> None:
+    """Not Tune's "No best trial found", which reads as a missing metric."""
+    doc = make_doc(entrypoint="tests/runtime/loops.py:raising_loop",
+                   config={"epochs": 1, "report_first": False},
+                   storage={"type": "pvc", "path": str(tmp_path / "store")})  # fmt: skip
+    doc["scaling"].update(numWorkers=1)
+    doc["tune"] = {"paramSpace": {"lr": {"grid": [0.05, 0.2]}}, "metric": "accuracy",
+                   "mode": "max", "maxConcurrentTrials": 1}  # fmt: skip
+    sink = RecordingTransport()
+    code = run_local(load_contract(doc), display=False, transport=sink, min_interval=0)
+    assert code == 1
+    final = sink.patches[-1]["status"]["trainerStatus"]
+    assert final["phase"] == "Failed"
+    assert "label tensor has shape" in final["message"], final["message"]
+    assert "No best trial" not in final["message"], final["message"]
+
+
 def test_an_entrypoint_that_does_not_import_ends_in_a_failed_report(
     make_doc: Any, tmp_path: Path
 ) -> None:
@@ -138,7 +157,7 @@ def test_an_entrypoint_that_does_not_import_ends_in_a_failed_report(
 def test_a_tune_search_runs_each_trial_as_a_torch_trainer(make_doc: Any, tmp_path: Path) -> None:
     doc = make_doc(config={"epochs": 2, "lr": 0.1},
                    storage={"type": "pvc", "path": str(tmp_path / "store")})  # fmt: skip
-    doc["scaling"]["resourcesPerWorker"] = {"CPU": 0.5}  # 2 workers + the trial driver in 2 CPUs
+    doc["scaling"]["resourcesPerWorker"] = {"CPU": 0.5}  # the trial driver asks for no CPU
     doc["tune"] = {
         "paramSpace": {"lr": {"grid": [0.05, 0.2]}, "hidden": 64},
         "numSamples": 1,

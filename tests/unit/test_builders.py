@@ -97,6 +97,17 @@ def test_fixed_workers_become_replicas_divided_by_workers_per_pod() -> None:
     assert rj["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] is False
 
 
+def test_a_search_has_workers_for_each_trial_it_runs_at_once() -> None:
+    tune = {"paramSpace": {"lr": {"grid": [0.1, 0.2, 0.3]}}, "metric": "accuracy"}
+    one = group(build(trainjob(scaling={"numWorkers": 2}, tune=tune)))
+    assert (one["replicas"], one["minReplicas"], one["maxReplicas"]) == (2, 2, 2)
+    three = {**tune, "maxConcurrentTrials": 3}
+    g = group(build(trainjob(scaling={"numWorkers": 4, "workersPerPod": 2}, tune=three)))
+    assert (g["replicas"], g["minReplicas"], g["maxReplicas"]) == (6, 6, 6)
+    g = group(build(trainjob(scaling={"minWorkers": 1, "maxWorkers": 2}, tune=three)))
+    assert (g["replicas"], g["minReplicas"], g["maxReplicas"]) == (3, 3, 6)
+
+
 def test_elastic_workers_enable_the_autoscaler_between_min_and_max() -> None:
     rj = build(trainjob(scaling={"minWorkers": 2, "maxWorkers": 6, "workersPerPod": 2}))
     g = group(rj)

@@ -1251,7 +1251,8 @@ class TuneSpec(_Model):
     mode: ScoreOrder = ScoreOrder.MAX
     """max or min."""
     max_concurrent_trials: int | None = Field(default=None, ge=1, le=10000)
-    """Trials running at once; unset lets Ray decide from the cluster's resources."""
+    """Trials running at once (default 1). The worker group has the workers of each; each
+    running trial's driver runs on the head (about 0.6 GB of its memory)."""
     scheduler: TuneScheduler | None = None
     """Trial scheduler; default FIFO."""
 

@@ -131,14 +131,20 @@ def _with_identity(template: dict[str, Any], name: str, attempt: int) -> dict[st
 
 
 def worker_replicas(trainjob: TrainJob) -> tuple[int, int, int]:
-    """(replicas, minReplicas, maxReplicas) of the worker group, in pods."""
+    """(replicas, minReplicas, maxReplicas) of the worker group, in pods.
+
+    A search that runs several trials at once (spec.tune.maxConcurrentTrials) has the workers
+    of each: every trial is a TorchTrainer with its own worker group.
+    """
     scaling = trainjob.spec.scaling
     per_pod = scaling.workers_per_pod
+    tune = trainjob.spec.tune
+    trials = (tune.max_concurrent_trials or 1) if tune is not None else 1
     if scaling.num_workers is not None:
-        pods = max(1, scaling.num_workers // per_pod)
+        pods = max(1, scaling.num_workers // per_pod) * trials
         return pods, pods, pods
-    low = max(1, (scaling.min_workers or 1) // per_pod)
-    high = max(low, (scaling.max_workers or 1) // per_pod)
+    low = max(1, (scaling.min_workers or 1) // per_pod) * trials
+    high = max(low, max(1, (scaling.max_workers or 1) // per_pod) * trials)
     if trainjob.spec.queue_name:
         # Kueue admits a fixed shape and does not allow the in-tree autoscaler.
         return high, high, high
