@@ -94,8 +94,9 @@ test-faults: install prereqs
 	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py tests/integration/test_realpods_preemption.py tests/integration/test_realpods_triage.py
 
 # The real-pod tests that do not pass yet (docs/real-node.md); not part of `make test`.
+# None carries the marker today: pytest's "no tests collected" (exit 5) is then a pass.
 test-pending: install prereqs
-	$(NETNS) $(PYTHON) -m pytest -m realpods_pending tests/integration/test_realpods.py
+	$(NETNS) $(PYTHON) -m pytest -m realpods_pending tests/integration/test_realpods.py || [ $$? -eq 5 ]
 
 unit: install
 	$(PYTHON) -m pytest tests/unit

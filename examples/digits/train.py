@@ -3,9 +3,12 @@
 Written the way any Ray Train user writes one: ``prepare_model`` for DDP, ``prepare_data_loader``
 for the distributed sampler, ``ray.train.report`` every epoch with a checkpoint from rank 0 only,
 and resume from ``ray.train.get_checkpoint()``. Config keys: ``epochs``, ``lr``, ``batch_size``,
-``hidden``, ``seed``; ``fail_at_epoch`` + ``fail_marker`` make one worker die once at that epoch
-(a test of recovery: the marker file records that it happened), after ``fail_after_fraction``
-of the epoch's batches (default 0: before the first one).
+``hidden``, ``seed``. With a ``train`` dataset in the TrainJob (``spec.datasets.train``: the
+Parquet table of examples/digits/data.py) each worker trains on its Ray Data shard through
+``iter_torch_batches`` instead of the in-memory loader. ``fail_at_epoch`` + ``fail_marker``
+make one worker die once at that epoch (a test of recovery: the marker file records that it
+happened), after ``fail_after_fraction`` of the epoch's batches (default 0: before the first
+one).
 """
 
 from __future__ import annotations
@@ -49,7 +52,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     torch.set_num_threads(1)
 
     train_set, test_set = make_data(seed)
-    train_loader = prepare_data_loader(DataLoader(train_set, batch_size=batch_size, shuffle=True))
+    shard = _train_shard()
+    train_loader: Any = None
+    if shard is None:
+        train_loader = prepare_data_loader(
+            DataLoader(train_set, batch_size=batch_size, shuffle=True)
+        )
     test_loader = DataLoader(test_set, batch_size=256)
 
     model = prepare_model(make_model(hidden))
@@ -69,12 +77,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
     rank = ray.train.get_context().get_world_rank()
     for epoch in range(start_epoch, epochs):
-        if ray.train.get_context().get_world_size() > 1:
+        if train_loader is not None and ray.train.get_context().get_world_size() > 1:
             train_loader.sampler.set_epoch(epoch)
         model.train()
         total, count = 0.0, 0
-        for batch, (xb, yb) in enumerate(train_loader):
-            _maybe_fail(config, epoch, batch / len(train_loader), rank)
+        batches = _shard_batches(shard, batch_size) if shard is not None else train_loader
+        size = len(train_loader) if train_loader is not None else 0
+        for batch, (xb, yb) in enumerate(batches):
+            _maybe_fail(config, epoch, batch / size if size else 0.0, rank)
             optimizer.zero_grad()
             loss = loss_fn(model(xb), yb)
             loss.backward()
@@ -92,6 +102,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             "loss": total / max(count, 1),
             "accuracy": correct / len(test_set),
             "start_epoch": start_epoch,
+            "rows": count,  # the rows this worker trained on in the epoch
         }
         if rank == 0:
             with tempfile.TemporaryDirectory() as d:
@@ -107,6 +118,23 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 ray.train.report(metrics, checkpoint=Checkpoint.from_directory(d))
         else:
             ray.train.report(metrics)
+
+
+def _train_shard() -> Any:
+    """This worker's shard of the ``train`` dataset, or None when the job has no datasets."""
+    try:
+        return ray.train.get_dataset_shard("train")
+    except (KeyError, ValueError, RuntimeError):
+        return None
+
+
+def _shard_batches(shard: Any, batch_size: int) -> Any:
+    """(pixels, labels) batches of the shard, as the in-memory loader yields them."""
+    from examples.digits.data import PIXELS
+
+    for batch in shard.iter_torch_batches(batch_size=batch_size, dtypes=None):
+        xb = torch.stack([batch[name].float() for name in PIXELS], dim=1)
+        yield xb, batch["label"].long()
 
 
 def _maybe_fail(config: dict[str, Any], epoch: int, done: float, rank: int) -> None:

@@ -780,3 +780,21 @@ def test_the_rayjob_records_a_hash_per_built_field() -> None:
     edited = trainjob(scaling={"numWorkers": 4}, config={"epochs": 1})
     assert changed_fields(edited, built) == ["spec.config", "spec.scaling"]
     assert changed_fields(edited, "not json") is None
+
+
+def test_a_job_with_datasets_sizes_ray_datas_parquet_footer_readers_to_its_worker_pods() -> None:
+    def env(rj: dict[str, Any], spec: dict[str, Any]) -> dict[str, str]:
+        (c,) = [c for c in spec["template"]["spec"]["containers"] if c["name"].startswith("ray")]
+        return {e["name"]: e.get("value") for e in c["env"]}
+
+    data = {"train": {"uri": "s3://bucket/t/", "format": "parquet"}}
+    rj = build(trainjob(scaling={"numWorkers": 4, "workersPerPod": 2}, datasets=data))
+    assert env(rj, group(rj))["RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"] == "2"
+    assert env(rj, head(rj))["RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"] == "2"
+    big = build(trainjob(scaling={"numWorkers": 100}, datasets=data))
+    assert env(big, group(big))["RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"] == "32"
+    plain = build(trainjob(scaling={"numWorkers": 4}))
+    assert "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS" not in env(plain, group(plain))
+    mine = {"env": [{"name": "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS", "value": "8"}]}
+    rj = build(trainjob(scaling={"numWorkers": 4}, datasets=data, workerTemplate=mine))
+    assert env(rj, group(rj))["RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"] == "8"

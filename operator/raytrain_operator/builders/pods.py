@@ -500,7 +500,28 @@ def _env(
             for name, value in NETWORK_ENV[spec.network.profile].items()
             if name not in theirs and name not in names
         ]
-    return ours + network + copy.deepcopy(extra)
+    data: list[dict[str, Any]] = []
+    if spec.datasets and PARQUET_FOOTER_ACTORS_ENV not in theirs | names:
+        data = [{"name": PARQUET_FOOTER_ACTORS_ENV, "value": str(parquet_footer_actors(spec))}]
+    return ours + network + data + copy.deepcopy(extra)
+
+
+#: Ray Data's pool of actors that read Parquet footers (ReadFilesParquetV2), 32 by default.
+PARQUET_FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
+PARQUET_FOOTER_ACTORS_MAX = 32
+
+
+def parquet_footer_actors(spec: TrainJobSpec) -> int:
+    """One footer reader per worker pod, at most Ray Data's default.
+
+    Each actor needs a CPU to be placed, and a worker pod has one CPU beside its training
+    workers (builders/rayjob.py worker_start_params). With Ray Data's 32 on two worker pods the
+    read of an S3 table never started: the actors waited to be placed, and the listing task that
+    hands them the files held one of the two spare CPUs.
+    """
+    s = spec.scaling
+    workers = s.num_workers if s.num_workers is not None else (s.max_workers or 1)
+    return max(1, min(PARQUET_FOOTER_ACTORS_MAX, workers // s.workers_per_pod))
 
 
 def check_mounts(spec: TrainJobSpec, mounts: list[dict[str, Any]], field: str) -> None:
