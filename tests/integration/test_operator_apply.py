@@ -63,19 +63,18 @@ def test_owned_children_that_drifted_are_applied_back(
     )  # fmt: skip
     kube_cluster.kubectl("delete", "rayjobs.ray.io", f"{name}-0", "-n", ns, "--wait=true")
 
-    def reapplied() -> dict[str, Any] | None:
-        obj = get(kube_cluster, ns, "configmap", f"{name}-contract")
-        return obj if obj and obj["data"].get("contract.json") == contract else None
-
-    cm = wait_for(reapplied, T_CREATE, "the contract ConfigMap applied back")
-    assert (FIELD_MANAGER, "Apply") in managers(kube_cluster, ns, "configmap", f"{name}-contract")
-    # Server-side apply sets what we own and leaves a key someone else added.
-    assert cm["data"]["extra"] == "kept"
-    assert (get(kube_cluster, ns, "role", f"{name}-runtime") or {})["rules"] == role["rules"]
+    # The RayJob is the last child a pass applies: once it is back, so are the others (the
+    # Role comes after the ConfigMap; checking it as soon as the ConfigMap was back raced).
     again = wait_for(
         lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob again"
     )
     assert again["metadata"]["uid"] != rayjob["metadata"]["uid"]
+    cm = get(kube_cluster, ns, "configmap", f"{name}-contract") or {}
+    assert cm["data"].get("contract.json") == contract, "the contract ConfigMap applied back"
+    assert (FIELD_MANAGER, "Apply") in managers(kube_cluster, ns, "configmap", f"{name}-contract")
+    # Server-side apply sets what we own and leaves a key someone else added.
+    assert cm["data"]["extra"] == "kept"
+    assert (get(kube_cluster, ns, "role", f"{name}-runtime") or {})["rules"] == role["rules"]
 
 
 def test_a_trainjob_from_before_0_2_is_resumed_and_can_still_be_deleted(
