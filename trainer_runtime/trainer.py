@@ -30,6 +30,7 @@ from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
 from trainer_runtime.reporter import FAILED, SUCCEEDED, Reporter, total_epochs
 from trainer_runtime.runlog import RunLog, worker_error_text
 from trainer_runtime.storage import StorageTarget, resolve_uri, storage_target
+from trainer_runtime.tune import concurrent_trials
 
 log = logging.getLogger("trainer_runtime")
 
@@ -192,9 +193,7 @@ def training_cpus(contract: Contract) -> float:
     s = contract.scaling
     workers = s.num_workers if s.num_workers is not None else (s.max_workers or 1)
     per_worker = s.resources_per_worker.get("CPU", 0.0 if s.use_gpu else 1.0)
-    trials = 1
-    if contract.tune is not None:
-        trials = contract.tune.max_concurrent_trials or 1
+    trials = concurrent_trials(contract.tune) if contract.tune is not None else 1
     return float(trials * workers * per_worker)
 
 
@@ -486,12 +485,11 @@ def _run_training(
         error_bridge = _make_error_bridge(queue)
         bridges = [bridge] if error_bridge is None else [bridge, error_bridge]
         if contract.tune is not None:
-            from trainer_runtime.tune import concurrent_trials, run_tune
+            from trainer_runtime.tune import run_tune
 
-            trials = concurrent_trials(contract.tune)
-            log.info("search: up to %d trial(s) at once", trials)
+            log.info("search: up to %d trial(s) at once", concurrent_trials(contract.tune))
             grid = run_tune(
-                contract.tune.model_copy(update={"max_concurrent_trials": trials}),
+                contract.tune,
                 contract.config,
                 lambda cfg, name, cbs: make_trainer(
                     contract, train_fn, target, [*cbs, *bridges], config=cfg, name=name

@@ -123,7 +123,7 @@ def run_tune(
                 metric=settings.metric,
                 mode=settings.mode,
                 num_samples=settings.num_samples,
-                max_concurrent_trials=settings.max_concurrent_trials,
+                max_concurrent_trials=concurrent_trials(settings),
                 scheduler=scheduler,
             ),
             run_config=tune.RunConfig(
