@@ -1,10 +1,12 @@
 """Operator configuration: command-line/environment options and kopf's settings.
 
-kopf keeps its bookkeeping (finalizer, handler progress, the last handled spec) in annotations
+kopf keeps its bookkeeping (handler progress, the last handled spec) in annotations
 under its own prefix, `kopf.raytrain.dev/`: `raytrain.dev/` is the API's label and annotation
 vocabulary, and the TrainJob's status schema is strict, so nothing may be stored there but what
 we write on purpose. Releases before 0.2 used `raytrain.dev/` for both; objects they handled
 are read through the old keys once and the old keys removed (`LEGACY_*`, handlers/legacy.py).
+No handler needs a finalizer; `FINALIZER` is the one earlier versions had kopf put on running
+TrainJobs (for a per-job resync timer), named so that kopf removes it where it finds it.
 Watch timeouts are explicit because a watch that silently stops delivering events is the known
 production failure of kopf operators.
 """
@@ -205,8 +207,8 @@ def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.watching.server_timeout = WATCH_SERVER_TIMEOUT
     settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT
     settings.watching.connect_timeout = WATCH_CONNECT_TIMEOUT
-    # Events are the transitions reconcile posts on purpose; handler log lines ("Timer 'resync'
-    # succeeded" every resync, per TrainJob) would otherwise become Events too.
+    # Events are the transitions reconcile posts on purpose; handler log lines ("Handler
+    # 'resume' succeeded" for every TrainJob at each start) would otherwise become Events too.
     settings.posting.loggers = False
     settings.execution.executor = concurrent.futures.ThreadPoolExecutor(
         max_workers=config.workers, thread_name_prefix="raytrain"

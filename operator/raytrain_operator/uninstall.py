@@ -1,9 +1,10 @@
 """`python -m raytrain_operator.uninstall`: the chart's pre-delete hook.
 
-kopf's finalizer is on every TrainJob the operator still has work on (not finished, or a TTL
-clean-up pending; finished ones carry none); once the operator is gone nothing removes it, and
-deleting such a TrainJob (or its namespace) hangs. Before Helm deletes the release, this leaves no
-TrainJob holding our finalizer, in one of two modes (env `TRAINJOBS`):
+The operator puts no finalizer on a TrainJob; earlier versions had kopf put one on every
+TrainJob still running (`kopf.raytrain.dev/finalizer`, before 0.2 `raytrain.dev/finalizer`).
+The operator takes it off where it finds it, but once the operator is gone nothing does, and
+deleting such a TrainJob (or its namespace) hangs. Before Helm deletes the release, this leaves
+no TrainJob holding one of our finalizers, in one of two modes (env `TRAINJOBS`):
 
 - `removeFinalizers`: strip the finalizer; the TrainJobs and their RayJobs keep running.
 - `deleteTrainJobs`: delete every watched TrainJob while the operator still runs, wait up to
@@ -15,9 +16,9 @@ whole cluster. Both the current finalizer and the pre-0.2 one are stripped. Only
 touched, and only our finalizers on them.
 
 Before stripping, the operator's Deployment (`OPERATOR_DEPLOYMENT`, `namespace/name`) is scaled
-to zero and its pods waited for: kopf puts its finalizer back on any TrainJob it sees without
-one, so while the operator runs, a stripped finalizer returns within moments. Helm deletes the
-Deployment right after this hook anyway.
+to zero and its pods waited for, so that no operator of an earlier version, which would put its
+finalizer back within moments, runs while it strips. Helm deletes the Deployment right after
+this hook anyway.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Against the real control plane: the operator follows RayJobs and runtime reports without its
-resync timer, and only jobs it still has work on carry its finalizer.
+"""Against the real control plane: the operator follows RayJobs and runtime reports without the
+resync, the resync itself runs through the wake-up queue, and no TrainJob carries a finalizer
+(one an earlier version left is taken off).
 
 The operator runs with --resync-seconds 600, longer than any wait here: whatever the TrainJob
 shows of its RayJob, of the runtime's report or of its TTL was brought by a wake-up (a RayJob
@@ -11,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from _wait import wait_for
@@ -74,7 +74,7 @@ def test_the_trainjob_follows_its_rayjob_and_reports_without_the_resync(
     create(kube_cluster, ns, secret(f"{name}-s3"))
     create(kube_cluster, ns, trainjob(name))
     wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
-    assert FINALIZER in finalizers(kube_cluster, ns, name)  # running: the operator has work
+    assert finalizers(kube_cluster, ns, name) == []  # running, and still no finalizer
 
     # KubeRay names the cluster in the RayJob's status; only a pass woken by that RayJob event
     # can copy it into the TrainJob before the 600 s resync.
@@ -97,25 +97,18 @@ def test_the_trainjob_follows_its_rayjob_and_reports_without_the_resync(
         {"phase": "Succeeded", "attempt": 0, "lastUpdatedTime": utc_now()},
     )
     wait_condition(kube_cluster, ns, name, "Succeeded")
-
-    # Finished, no TTL: kopf drops its finalizer once the timer's filter stops matching.
-    wait_for(
-        lambda: FINALIZER not in finalizers(kube_cluster, ns, name),
-        T_CREATE,
-        f"{FINALIZER} removed from the finished TrainJob",
-    )
     text = quiet_operator.metrics()
     assert counter(text, "raytrain_reconciles_total", handler="resync") == 0
     assert counter(text, "raytrain_wakeups_total", cause="rayjob") >= 1
     assert counter(text, "raytrain_wakeups_total", cause="report") >= 1
 
-    # With the operator stopped, deleting the finished job does not wait for it.
+    # With the operator stopped, deleting the job does not wait for it.
     quiet_operator.stop()
     kube_cluster.kubectl("delete", "trainjobs.raytrain.dev", name, "-n", ns, "--timeout=60s")
     assert get(kube_cluster, ns, "trainjobs.raytrain.dev", name) is None
 
 
-def test_the_ttl_clean_up_runs_when_due_and_then_the_finalizer_goes(
+def test_the_ttl_clean_up_runs_when_due(
     kube_cluster: KubeCluster, namespace: str, quiet_operator: Operator
 ) -> None:
     ns, name = namespace, "ttl"
@@ -129,18 +122,54 @@ def test_the_ttl_clean_up_runs_when_due_and_then_the_finalizer_goes(
         {"phase": "Failed", "message": "boom", "attempt": 0, "lastUpdatedTime": utc_now()},
     )
     wait_condition(kube_cluster, ns, name, "Failed")
-    # The TTL is pending: the job still needs the operator and keeps the finalizer.
-    tj: dict[str, Any] = get(kube_cluster, ns, "trainjobs.raytrain.dev", name) or {}
-    if "raytrain.dev/children-deleted" not in tj["metadata"].get("annotations", {}):
-        assert FINALIZER in tj["metadata"].get("finalizers", [])
+    assert finalizers(kube_cluster, ns, name) == []  # the TTL is pending: still none
     wait_for(
         lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") is None,
         T_KUBERAY,
         "the TTL clean-up to delete the RayJob (a due wake-up, not the 600 s resync)",
     )
-    wait_for(
-        lambda: FINALIZER not in finalizers(kube_cluster, ns, name),
-        T_CREATE,
-        f"{FINALIZER} removed once the TTL clean-up is done",
-    )
     assert counter(quiet_operator.metrics(), "raytrain_wakeups_total", cause="due") >= 1
+    assert counter(quiet_operator.metrics(), "raytrain_reconciles_total", handler="resync") == 0
+
+
+def test_the_resync_runs_through_the_queue(
+    kube_cluster: KubeCluster, namespace: str, crds: None, tmp_path: Path
+) -> None:
+    """With a 2 s interval, a job with nothing happening gets a pass every interval."""
+    op = Operator(kube_cluster, namespace, tmp_path / "operator.log", resync_seconds=2)
+    op.start()
+    try:
+        ns, name = namespace, "resyncs"
+        create(kube_cluster, ns, secret(f"{name}-s3"))
+        create(kube_cluster, ns, trainjob(name))
+        wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
+        wait_for(
+            lambda: counter(op.metrics(), "raytrain_reconciles_total", handler="resync") >= 3,
+            T_CREATE,
+            "three resync passes",
+        )
+    finally:
+        op.stop()
+        print(f"--- operator log ({op.log}) ---\n{op.tail(200)}")
+
+
+def test_a_finalizer_an_earlier_version_left_is_taken_off(
+    kube_cluster: KubeCluster, namespace: str, quiet_operator: Operator
+) -> None:
+    """Earlier versions had kopf put its finalizer on every running TrainJob (for a per-job
+    timer); this one takes it off, so deleting the job never waits for an operator."""
+    ns, name = namespace, "old-finalizer"
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    doc = trainjob(name)
+    doc["metadata"]["finalizers"] = [FINALIZER, "example.com/other"]
+    create(kube_cluster, ns, doc)
+    wait_for(
+        lambda: finalizers(kube_cluster, ns, name) == ["example.com/other"],
+        T_CREATE,
+        f"{FINALIZER} taken off, the other finalizer kept",
+    )
+    wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
+    kube_cluster.kubectl(
+        "patch", "trainjobs.raytrain.dev", name, "-n", ns, "--type", "merge",
+        "-p", '{"metadata": {"finalizers": null}}',
+    )  # fmt: skip

@@ -13,6 +13,7 @@ from _fake_api import recorder
 
 from raytrain_operator import k8s, settings
 from raytrain_operator.handlers import legacy, trainjobs
+from raytrain_operator.status import machine
 
 __all__ = ["recorder"]  # the fixture
 
@@ -263,11 +264,11 @@ def _finalizer_wanted(obj: Any) -> bool:
     )
 
 
-def test_the_resync_timer_is_limited_to_jobs_the_operator_has_work_on() -> None:
+def test_no_timer_or_daemon_runs_per_trainjob() -> None:
+    """The resync goes through the wake-up queue: a kopf timer would cost a task per job and
+    a finalizer written before the first handler runs."""
     registry = kopf.get_default_registry()
-    (timer,) = [h for h in registry._spawning.get_all_handlers() if h.id == "resync"]
-    assert timer.when is trainjobs.needs_operator
-    assert timer.requires_finalizer  # kopf's rule for every timer
+    assert [h.id for h in registry._spawning.get_all_handlers()] == []
 
 
 @pytest.mark.parametrize(
@@ -281,12 +282,12 @@ def test_the_resync_timer_is_limited_to_jobs_the_operator_has_work_on() -> None:
         ({"conditions": [{"type": "Failed", "status": "True"}]}, None, {}, False),
     ],
 )
-def test_only_jobs_the_operator_has_work_on_carry_the_finalizer(
+def test_no_trainjob_carries_a_finalizer_whether_or_not_the_operator_has_work_on_it(
     status: dict[str, Any], ttl: int | None, annotations: dict[str, str], wanted: bool
 ) -> None:
     obj = _trainjob_body(status, ttl, **annotations)
-    assert trainjobs.needs_operator(status=obj.status, spec=obj.spec, meta=obj.meta) is wanted
-    assert _finalizer_wanted(obj) is wanted
+    assert machine.needs_operator(obj.status, ttl, obj.meta.annotations) is wanted
+    assert _finalizer_wanted(obj) is False
 
 
 def test_peering_is_on_by_default_under_our_name() -> None:

@@ -3,6 +3,7 @@ woken pass writes (only over the TrainJob it read)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -37,19 +38,44 @@ def wait_until(check: Any, timeout: float = 5.0) -> None:
 
 def test_a_key_runs_when_due_and_an_earlier_schedule_wins() -> None:
     ran: list[tuple[str, float]] = []
-    waker = wake.Waker(lambda key: ran.append((key[1], time.monotonic())))
+    ran: list[tuple[str, float, str]] = []
+    waker = wake.Waker(lambda key, cause: ran.append((key[1], time.monotonic(), cause)))
     start = time.monotonic()
-    waker.schedule(("ns", "late"), 1.0)
-    waker.schedule(("ns", "a"), 30.0)
+    waker.schedule(("ns", "late"), 1.0, wake.RESYNC)
+    waker.schedule(("ns", "a"), 30.0, wake.RESYNC)
     # Earlier: replaces the 30 s one. Not due at once, so that it is still queued when the
     # next line schedules again (with 0 s it could already have run, and the 10 s would stay).
     waker.schedule(("ns", "a"), 0.3)
-    waker.schedule(("ns", "a"), 10.0)  # later than the queued one: ignored
+    waker.schedule(("ns", "a"), 10.0, wake.RESYNC)  # later than the queued one: ignored
     wait_until(lambda: len(ran) == 2)
-    assert [name for name, _ in ran] == ["a", "late"]
+    assert [(name, cause) for name, _, cause in ran] == [("a", "wake"), ("late", "resync")]
     assert ran[0][1] - start >= 0.3
     assert ran[1][1] - start >= 1.0
     assert waker.pending() == {}
+
+
+@pytest.mark.parametrize(
+    ("error", "again_in"),
+    [
+        (RuntimeError("a bug"), 60.0),  # the resync interval
+        (kopf.TemporaryError("the API server did not answer", delay=2.0), 2.0),
+    ],
+)
+def test_a_pass_that_raises_is_queued_again(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, again_in: float
+) -> None:
+    monkeypatch.setattr(wake.CONFIG, "resync_seconds", 60.0)
+    calls: list[str] = []
+
+    def run(key: tuple[str, str], cause: str) -> None:
+        calls.append(cause)
+        raise error
+
+    waker = wake.Waker(run)
+    waker.schedule(("ns", "a"))
+    wait_until(lambda: bool(calls) and ("ns", "a") in waker.pending())
+    assert calls == ["wake"]
+    assert waker.pending()[("ns", "a")] == pytest.approx(again_in, abs=1.0)
 
 
 def test_passes_over_one_key_never_overlap_and_a_wake_during_a_pass_runs_after_it() -> None:
@@ -60,7 +86,7 @@ def test_passes_over_one_key_never_overlap_and_a_wake_during_a_pass_runs_after_i
     overlap: list[bool] = []
     running = threading.Lock()
 
-    def run(key: tuple[str, str]) -> None:
+    def run(key: tuple[str, str], cause: str) -> None:
         overlap.append(not running.acquire(blocking=False))
         calls.append(key[1])
         inside.set()
@@ -87,8 +113,10 @@ def test_passes_over_one_key_never_overlap_and_a_wake_during_a_pass_runs_after_i
 @pytest.fixture
 def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[str, str], float]]:
     seen: list[tuple[tuple[str, str], float]] = []
-    fresh = wake.Waker(lambda key: None)
-    monkeypatch.setattr(fresh, "schedule", lambda key, delay=0.0: seen.append((key, delay)))
+    fresh = wake.Waker(lambda key, cause: None)
+    monkeypatch.setattr(
+        fresh, "schedule", lambda key, delay=0.0, cause=wake.WAKE: seen.append((key, delay))
+    )
     monkeypatch.setattr(wake, "WAKER", fresh)
     return seen
 
@@ -197,3 +225,57 @@ def test_a_starting_cluster_is_looked_at_once_when_due_then_with_the_resync() ->
     assert look(started(3, "Running"), now) is None
     assert look(rayjob({"jobDeploymentStatus": "Initializing"}), now) is None
     assert look(None, now) is None
+
+
+# ------------------------------------------------------------------------------- the resync
+
+SUCCEEDED = {
+    "phase": "Succeeded",
+    "conditions": [{"type": "Succeeded", "status": "True", "reason": "Succeeded"}],
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "spec", "queued_in"),
+    [
+        ({"attempt": 0, "restarts": 0}, {}, 60.0),  # running: the next pass in one interval
+        (SUCCEEDED, {}, None),  # finished: no more passes
+        (SUCCEEDED, {"ttlSecondsAfterFinished": 3600}, 60.0),  # its TTL clean-up to come
+    ],
+)
+def test_a_pass_queues_the_next_resync_while_the_job_needs_the_operator(
+    monkeypatch: pytest.MonkeyPatch,
+    status: dict[str, Any],
+    spec: dict[str, Any],
+    queued_in: float | None,
+) -> None:
+    from _factories import UID, manifest
+
+    from raytrain_operator.handlers import reconcile
+
+    monkeypatch.setattr(wake.CONFIG, "resync_seconds", 60.0)
+    monkeypatch.setattr(reconcile.preflight, "check", lambda tj, meta: None)
+    for post in ("info", "warn"):  # the pass's Events
+        monkeypatch.setattr(kopf, post, lambda *args, **kwargs: None)
+    seen: list[tuple[tuple[str, str], float, str]] = []
+    monkeypatch.setattr(
+        reconcile.WAKER,
+        "schedule",
+        lambda key, delay=0.0, cause=wake.WAKE: seen.append((key, delay, cause)),
+    )
+    running = {
+        "metadata": {
+            "name": "digits-0",
+            "namespace": "team-a",
+            "labels": {"raytrain.dev/trainjob": "digits", "raytrain.dev/attempt": "0"},
+            "ownerReferences": [{"uid": UID}],
+            "annotations": {},
+        },
+        "spec": {"suspend": False},
+        "status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"},
+    }
+    body = {**manifest(**spec), "status": status}
+    index = {("team-a", "digits"): [running]}
+    reconcile.reconcile("resync", kopf.Body(body), kopf.Patch(), logging.getLogger("t"), index, {})
+    resyncs = [(delay, cause) for key, delay, cause in seen if cause == wake.RESYNC]
+    assert resyncs == ([] if queued_in is None else [(queued_in, wake.RESYNC)])

@@ -1,7 +1,7 @@
 """One reconcile pass: observe, plan (pure), act, report. Shared by every TrainJob handler.
 
-Passes over one TrainJob never run at once (kopf runs the resync timer beside the change
-handlers): each takes the TrainJob's lock. The attempt a pass works on is derived from the
+Passes over one TrainJob never run at once (kopf's change handlers run beside the passes the
+wake-up queue runs): each takes the TrainJob's lock. The attempt a pass works on is derived from the
 RayJobs that exist as well as from the status, so a lost status patch cannot send it back.
 """
 
@@ -31,7 +31,7 @@ from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
 from raytrain_operator.handlers import apply, preflight
 from raytrain_operator.handlers import templates as template_reader
-from raytrain_operator.handlers.wake import WAKER
+from raytrain_operator.handlers.wake import RESYNC, WAKER
 from raytrain_operator.settings import CONFIG
 from raytrain_operator.status import conditions, machine, triage
 
@@ -309,6 +309,21 @@ def reconcile(
         metrics.RECONCILE_SECONDS.labels(handler=handler).observe(time.monotonic() - started)
 
 
+def _still_needs_operator(
+    body: Mapping[str, Any], status: Mapping[str, Any], patch: kopf.Patch
+) -> bool:
+    """Whether the job still needs the operator once this pass's patch is written: not
+    finished, or finished with its TTL clean-up still to do."""
+    after = {**status, **dict(patch.get("status") or {})}
+    metadata = body.get("metadata") or {}
+    annotations = {
+        **(metadata.get("annotations") or {}),
+        **dict((patch.get("metadata") or {}).get("annotations") or {}),
+    }
+    ttl = templates.effective_value(body.get("spec") or {}, after, "ttlSecondsAfterFinished")
+    return machine.needs_operator(after, ttl, annotations)
+
+
 def api_unavailable(exc: BaseException) -> str | None:
     """What went wrong, when ``exc`` says the API server is away for now (restarting,
     overloaded, its connection cut); None for an error a retry in seconds would not fix."""
@@ -443,6 +458,9 @@ def _locked_pass(
         logger.debug(f"Next deadline, grace period or TTL due in {due:.0f} s.")
         metrics.WAKEUPS.labels(cause="due").inc()
         WAKER.schedule(wake_key, due)
+    elif _still_needs_operator(body, status, patch):
+        # The resync: nothing is due sooner, so the next pass is one interval away.
+        WAKER.schedule(wake_key, CONFIG.resync_seconds, RESYNC)
     if plan.phase == machine.STALLED:
         stalled = conditions.find(plan.status["conditions"], conditions.STALLED) or {}
         logger.warning(f"Stalled ({stalled.get('reason')}): {stalled.get('message')}")

@@ -1,16 +1,16 @@
-"""kopf handlers of TrainJobs: create, resume, update, delete, and a periodic resync.
+"""kopf handlers of TrainJobs: create, resume, update and delete.
 
 Every handler runs the same level-triggered reconcile pass; they differ only in what wakes them
-up (a RayJob's change and a time a plan names wake a pass too: handlers/wake.py). Children are
-owned by the TrainJob (ownerReferences), so deleting it lets Kubernetes' garbage collector
-remove them and the delete handler (optional) needs no finalizer.
+up. Everything else that runs a pass goes through one queue (handlers/wake.py): a RayJob's
+change, the runtime's report, a time a plan names, and the resync, one interval after a job's
+last pass while the operator still has work on it. Children are owned by the TrainJob
+(ownerReferences), so deleting it lets Kubernetes' garbage collector remove them; the operator
+only forgets what it kept of the job when its DELETED event arrives.
 
-The finalizer (`kopf.raytrain.dev/finalizer`, settings.FINALIZER) exists only because of the
-resync timer: kopf blocks the deletion of an object while a timer of it runs. The timer is
-limited (`when=`) to jobs the operator still has work on (machine.needs_operator): not
-finished, or finished with a TTL clean-up to do. kopf adds its finalizer only to objects a timer
-matches, stops the timer and removes the finalizer when an object stops matching: a finished job
-carries no finalizer, and deleting it (or its namespace) never waits for the operator.
+No handler needs a finalizer, so kopf puts none on a TrainJob, handles a new one at its first
+event, and takes off the finalizer that earlier versions put there (settings.FINALIZER, while a
+per-job resync timer ran) the first time it sees the object: deleting a TrainJob or its
+namespace never waits for the operator.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any
 import kopf
 
 from raytrain_operator import metrics
-from raytrain_operator.api import templates
 from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator.handlers.reconcile import forget, reconcile
 from raytrain_operator.handlers.wake import WAKER
@@ -60,37 +59,22 @@ def on_change(
     _retry_if_stalled(reconcile(handler, body, patch, logger, rayjobs, rayclusters))
 
 
-def needs_operator(status: kopf.Status, spec: kopf.Spec, meta: kopf.Meta, **_: Any) -> bool:
-    """The resync timer's filter: this job is not finished, or its TTL clean-up is pending."""
-    ttl = templates.effective_value(spec, status, "ttlSecondsAfterFinished")
-    return machine.needs_operator(status, ttl, meta.get("annotations") or {})
-
-
-@kopf.timer(
-    GROUP,
-    VERSION,
-    PLURAL,
-    id="resync",
-    interval=CONFIG.resync_seconds,
-    initial_delay=CONFIG.resync_seconds,
-    when=needs_operator,
-)
-def resync(
-    body: kopf.Body,
-    patch: kopf.Patch,
+@kopf.on.event(GROUP, VERSION, PLURAL, id="forget")
+def on_gone(
+    type: str | None,
     logger: kopf.Logger,
-    rayjobs: kopf.Index[Any, Any] | None = None,
-    rayclusters: kopf.Index[Any, Any] | None = None,
+    namespace: str | None = None,
+    name: str = "",
+    uid: str | None = None,
     **_: Any,
 ) -> None:
-    WAKER.capture(rayjobs, rayclusters)
-    reconcile("resync", body, patch, logger, rayjobs, rayclusters)
-
-
-@kopf.on.delete(GROUP, VERSION, PLURAL, id="delete", optional=True)
-def on_delete(logger: kopf.Logger, uid: str | None = None, **_: Any) -> None:
+    """A TrainJob is gone: drop its lock, its parsed spec and the last report a pass read."""
+    if type != "DELETED":
+        return
     if uid:
         forget(uid)
+    if namespace:
+        WAKER.forget_trainjob(namespace, name)
     logger.info("TrainJob deleted; Kubernetes garbage-collects its RayJob, ConfigMap and RBAC.")
 
 

@@ -1,5 +1,5 @@
-"""Wake-ups: a TrainJob's pass runs as soon as something it waits for happens, not at the next
-resync.
+"""Wake-ups: a TrainJob's pass runs as soon as something it waits for happens, and at the latest
+one resync interval after the last pass.
 
 - One of its RayJobs changes (KubeRay writes the status, the RayJob is being deleted or is gone):
   the `wake-trainjob` event handler queues the TrainJob at once. An event that shows nothing the
@@ -15,8 +15,14 @@ Queued passes run on threads of their own; passes over one TrainJob never overla
 runs one key at a time, and every pass takes the TrainJob's lock). A queued pass reads the
 TrainJob from the API server, not from a watch event that may predate the last status patch,
 and writes with that read's resourceVersion as a precondition: if another writer came in
-between, nothing is written and the TrainJob is queued again. The resync timer stays as the
-safety net (a missed event, a restart).
+between, nothing is written and the TrainJob is queued again.
+
+The resync is the same queue: every pass over a job the operator still has work on queues the
+next one `CONFIG.resync_seconds` later (unless something is due sooner), the safety net for a
+missed event; a pass that failed is queued again. kopf's resume handler runs a pass over every
+TrainJob when the operator starts, which queues the rest. There is no kopf timer per TrainJob:
+a timer makes kopf add a finalizer before it runs any handler (one more write and one more
+watch event before the first RayJob) and keeps a task per object.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from raytrain_operator.api import templates
 from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator.builders.meta import LABEL_TRAINJOB
 from raytrain_operator.k8s import RAY_GROUP, RAY_VERSION, RAYJOBS
+from raytrain_operator.settings import CONFIG
 from raytrain_operator.status import machine
 
 Key = tuple[str, str]
@@ -46,6 +53,11 @@ LOG = logging.getLogger("raytrain_operator.wake")
 
 #: After a write refused because the TrainJob changed meanwhile: queued again this much later.
 CONFLICT_RETRY_SECONDS = 0.5
+
+#: What queued a pass, and the `handler` label of its reconcile metrics: the resync interval
+#: (or a retry after a failed pass), or anything else (an event, a due time, a conflict).
+RESYNC = "resync"
+WAKE = "wake"
 
 
 def fingerprint(rayjob: Mapping[str, Any]) -> str:
@@ -66,11 +78,12 @@ def fingerprint(rayjob: Mapping[str, Any]) -> str:
 class Waker:
     """A delay queue of TrainJob keys, each run by `run` when due, one pass per key at a time."""
 
-    def __init__(self, run: Callable[[Key], None], workers: int = 4) -> None:
+    def __init__(self, run: Callable[[Key, str], None], workers: int = 4) -> None:
         self._run = run
         self._workers = workers
         self._cond = threading.Condition()
         self._due: dict[Key, float] = {}
+        self._cause: dict[Key, str] = {}
         self._heap: list[tuple[float, int, Key]] = []
         self._seq = itertools.count()
         self._running: set[Key] = set()
@@ -124,7 +137,7 @@ class Waker:
         if rayjobs is not None or rayclusters is not None:
             self.indexes = (rayjobs, rayclusters)
 
-    def schedule(self, key: Key, delay: float = 0.0) -> None:
+    def schedule(self, key: Key, delay: float = 0.0, cause: str = WAKE) -> None:
         """Run a pass over `key` in `delay` seconds (or earlier, if one is due earlier)."""
         at = time.monotonic() + max(delay, 0.0)
         with self._cond:
@@ -132,6 +145,7 @@ class Waker:
             if current is not None and current <= at:
                 return
             self._due[key] = at
+            self._cause[key] = cause
             heapq.heappush(self._heap, (at, next(self._seq), key))
             if self._thread is None:
                 self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="raytrain-wake")
@@ -147,7 +161,7 @@ class Waker:
         with self._cond:
             return {key: at - now for key, at in self._due.items()}
 
-    def _next(self) -> Key:
+    def _next(self) -> tuple[Key, str]:
         with self._cond:
             while True:
                 while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
@@ -156,27 +170,36 @@ class Waker:
                 if self._heap and self._heap[0][0] <= now:
                     _, _, key = heapq.heappop(self._heap)
                     del self._due[key]
+                    cause = self._cause.pop(key, WAKE)
                     if key in self._running:
                         self._again.add(key)  # once the running pass is over
                         continue
                     self._running.add(key)
-                    return key
+                    return key, cause
                 self._cond.wait(self._heap[0][0] - now if self._heap else None)
 
     def _loop(self) -> None:
         while True:
-            key = self._next()
+            key, cause = self._next()
             assert self._pool is not None
-            self._pool.submit(self._guarded, key)
+            self._pool.submit(self._guarded, key, cause)
 
-    def _guarded(self, key: Key) -> None:
+    def _guarded(self, key: Key, cause: str = WAKE) -> None:
         try:
             if self._context is not None:
-                self._context.copy().run(self._run, key)
+                self._context.copy().run(self._run, key, cause)
             else:
-                self._run(key)
+                self._run(key, cause)
+        except kopf.TemporaryError as exc:
+            # The API server did not answer (reconcile names it): soon, as kopf would.
+            delay = float(exc.delay) if exc.delay is not None else CONFIG.resync_seconds
+            LOG.warning(f"[{key[0]}/{key[1]}] {exc}")
+            self.schedule(key, delay, RESYNC)
         except Exception:
-            LOG.exception(f"[{key[0]}/{key[1]}] A woken pass failed; the resync timer retries.")
+            LOG.exception(
+                f"[{key[0]}/{key[1]}] A pass failed; it runs again in {CONFIG.resync_seconds:g} s."
+            )
+            self.schedule(key, CONFIG.resync_seconds, RESYNC)
         finally:
             with self._cond:
                 self._running.discard(key)
@@ -193,8 +216,11 @@ class _ObjectLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
         return f"[{self.extra['key']}] {msg}" if self.extra else msg, kwargs
 
 
-def run_pass(key: Key) -> None:
-    """One pass over a TrainJob, read fresh from the API; writes only if it did not change."""
+def run_pass(key: Key, cause: str = WAKE) -> None:
+    """One pass over a TrainJob, read fresh from the API; writes only if it did not change.
+
+    A job the operator has no more work on (finished, TTL clean-up done) or that is being
+    deleted gets no pass, and so no next one: its resyncs end here."""
     from raytrain_operator.handlers.reconcile import reconcile
 
     namespace, name = key
@@ -214,7 +240,7 @@ def run_pass(key: Key) -> None:
     patch = kopf.Patch()
     logger = _ObjectLogger(LOG, {"key": f"{namespace}/{name}"})
     rayjobs, rayclusters = WAKER.indexes
-    reconcile("wake", body, patch, logger, rayjobs, rayclusters)
+    reconcile(cause, body, patch, logger, rayjobs, rayclusters)
     if not write(namespace, name, metadata, patch):
         metrics.WAKE_CONFLICTS.inc()
         WAKER.schedule(key, CONFLICT_RETRY_SECONDS)
@@ -286,8 +312,6 @@ def trainjob_changed(
     """The runtime wrote a new report: the TrainJob's pass runs now (through the queue)."""
     if namespace is None:
         return
-    if type == "DELETED":
-        WAKER.forget_trainjob(namespace, name)
-    elif type == "MODIFIED" and WAKER.report_news(namespace, name, status.get("trainerStatus")):
+    if type == "MODIFIED" and WAKER.report_news(namespace, name, status.get("trainerStatus")):
         metrics.WAKEUPS.labels(cause="report").inc()
         WAKER.schedule((namespace, name))

@@ -139,7 +139,7 @@ class Plan:
     actions: list[Action] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
     #: Seconds after which something is due (a grace period, a deadline, the TTL), or None.
-    #: The resync timer bounds how late it is acted on; handlers log it.
+    #: The resync interval bounds how late it is acted on; handlers log it.
     recheck_after: float | None = None
     #: Why the current attempt failed, when this pass found it failed (one Event and one count
     #: of raytrain_attempt_failures_total each), else None.
@@ -161,8 +161,8 @@ def needs_operator(
     """Whether the operator still has work on a TrainJob: it has not finished, or it finished
     with a spec.ttlSecondsAfterFinished whose clean-up has not happened yet.
 
-    Only such a job carries the operator's finalizer (the resync timer runs for it alone): a
-    finished job without pending clean-up never waits for the operator to be deleted.
+    Only such a job gets passes from the wake-up queue (the resync among them): a finished job
+    without pending clean-up gets none.
     """
     if not is_terminal(status):
         return True
