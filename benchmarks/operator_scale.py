@@ -110,11 +110,24 @@ def request_series(api_client: Any) -> dict[Series, float]:
     return counts
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory now (VmRSS) or at its peak so far (VmHWM), in MiB."""
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def process_counts(pid: int) -> dict[str, int]:
+    """Open sockets (its connections to the API server, its watches among them) and threads."""
+    sockets = 0
+    for fd in pathlib.Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            sockets += os.readlink(fd).startswith("socket:")
+        except OSError:
+            continue  # closed meanwhile
+    threads = len(list(pathlib.Path(f"/proc/{pid}/task").iterdir()))
+    return {"sockets": sockets, "threads": threads}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -288,6 +301,8 @@ def _measure(
     elapsed = max(seen.values()) - start
     latencies = [seen[n] - created[n] for n in created if n in seen]
     rss = rss_mib(operator.pid)
+    peak = rss_mib(operator.pid, "VmHWM")
+    counts = process_counts(operator.pid)
     cpu = cpu_seconds(operator.pid) - cpu_start
     rate = args.jobs / elapsed
     result.update(
@@ -300,6 +315,9 @@ def _measure(
             "latency_p50_s": round(statistics.median(latencies), 3),
             "latency_p99_s": round(percentile(latencies, 0.99), 3),
             "operator_rss_mib": round(rss, 1),
+            "operator_peak_rss_mib": round(peak, 1),
+            "operator_sockets": counts["sockets"],
+            "operator_threads": counts["threads"],
             # The operator's own CPU per TrainJob taken to its RayJob: what the load of the
             # machine does not change much, unlike the latencies.
             "operator_cpu_ms_per_trainjob": round(1000 * cpu / args.jobs, 1),
@@ -361,6 +379,8 @@ def _idle(
         "idle_operator_cpu_s": round(cpu1 - cpu0, 1),
         "idle_operator_cpu_share": round((cpu1 - cpu0) / elapsed, 3),
         "idle_operator_rss_mib": round(rss_mib(operator.pid), 1),
+        "idle_operator_peak_rss_mib": round(rss_mib(operator.pid, "VmHWM"), 1),
+        "idle_operator_sockets": process_counts(operator.pid)["sockets"],
         "idle_apiserver_requests_per_s": round(sum(rates.values()), 2),
         "idle_apiserver_requests_per_s_by_resource": {r: v for r, v in rates.items() if v},
         "idle_operator_events_per_s": {
