@@ -3,6 +3,7 @@ woken pass writes (only over the TrainJob it read)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -123,8 +124,10 @@ def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[str, str], float
 
 def event(kind: str | None, obj: dict[str, Any]) -> None:
     body = kopf.Body(obj)  # type: ignore[arg-type]
-    wake.rayjob_changed(
-        type=kind, namespace="team-a", name=obj["metadata"]["name"], meta=body.meta, body=body
+    asyncio.run(
+        wake.rayjob_changed(
+            type=kind, namespace="team-a", name=obj["metadata"]["name"], meta=body.meta, body=body
+        )
     )
 
 
@@ -189,12 +192,18 @@ def test_a_conflict_writes_nothing_more(recorder: list[dict[str, Any]]) -> None:
     assert only["body"]["metadata"]["resourceVersion"] == "41"
 
 
-def report_event(kind: str, trainer_status: dict[str, Any] | None) -> None:
-    wake.trainjob_changed(
-        type=kind,
-        namespace="team-a",
-        name="digits",
-        status=kopf.Body({"status": {"trainerStatus": trainer_status}}).status,
+def report_event(kind: str, trainer_status: dict[str, Any] | None, **status: Any) -> None:
+    body = kopf.Body({"spec": {}, "status": {"trainerStatus": trainer_status, **status}})
+    asyncio.run(
+        wake.trainjob_changed(
+            type=kind,
+            namespace="team-a",
+            name="digits",
+            status=body.status,
+            spec=body.spec,
+            meta=body.meta,
+            logger=logging.getLogger("t"),
+        )
     )
 
 
@@ -206,6 +215,35 @@ def test_a_new_runtime_report_wakes_the_trainjob_and_our_own_status_writes_do_no
     assert queued == []
     report_event("MODIFIED", {"phase": "Succeeded", "lastUpdatedTime": "2026-11-23T10:00:00Z"})
     assert queued == [(("team-a", "digits"), 0.0)]
+
+
+def test_a_report_on_a_finished_job_wakes_nothing(queued: list[Any]) -> None:
+    wake.WAKER.saw_report("team-a", "digits", None)
+    finished = {"conditions": [{"type": "Succeeded", "status": "True"}]}
+    report_event("MODIFIED", {"phase": "Succeeded"}, **finished)
+    assert queued == []
+
+
+def test_a_deleted_trainjob_is_forgotten() -> None:
+    from raytrain_operator.handlers import reconcile
+
+    reconcile._lock("uid-gone")
+    wake.WAKER.saw_report("team-a", "digits", {"phase": "Running"})
+    body = kopf.Body({"metadata": {"uid": "uid-gone"}, "spec": {}, "status": {}})
+    asyncio.run(
+        wake.trainjob_changed(
+            type="DELETED",
+            namespace="team-a",
+            name="digits",
+            status=body.status,
+            spec=body.spec,
+            meta=body.meta,
+            logger=logging.getLogger("t"),
+            uid="uid-gone",
+        )
+    )
+    assert "uid-gone" not in reconcile._locks
+    assert ("team-a", "digits") not in wake.WAKER._reports
 
 
 def test_a_starting_cluster_is_looked_at_once_when_due_then_with_the_resync() -> None:

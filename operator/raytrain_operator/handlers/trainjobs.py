@@ -5,7 +5,7 @@ up. Everything else that runs a pass goes through one queue (handlers/wake.py): 
 change, the runtime's report, a time a plan names, and the resync, one interval after a job's
 last pass while the operator still has work on it. Children are owned by the TrainJob
 (ownerReferences), so deleting it lets Kubernetes' garbage collector remove them; the operator
-only forgets what it kept of the job when its DELETED event arrives.
+only forgets what it kept of the job when its DELETED event arrives (handlers/wake.py).
 
 No handler needs a finalizer, so kopf puts none on a TrainJob, handles a new one at its first
 event, and takes off the finalizer that earlier versions put there (settings.FINALIZER, while a
@@ -22,7 +22,7 @@ import kopf
 
 from raytrain_operator import metrics
 from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
-from raytrain_operator.handlers.reconcile import forget, reconcile
+from raytrain_operator.handlers.reconcile import reconcile
 from raytrain_operator.handlers.wake import WAKER
 from raytrain_operator.settings import CONFIG
 from raytrain_operator.status import machine
@@ -57,25 +57,6 @@ def on_change(
     handler = kopf.Reason(reason).value
     WAKER.capture(rayjobs, rayclusters)
     _retry_if_stalled(reconcile(handler, body, patch, logger, rayjobs, rayclusters))
-
-
-@kopf.on.event(GROUP, VERSION, PLURAL, id="forget")
-def on_gone(
-    type: str | None,
-    logger: kopf.Logger,
-    namespace: str | None = None,
-    name: str = "",
-    uid: str | None = None,
-    **_: Any,
-) -> None:
-    """A TrainJob is gone: drop its lock, its parsed spec and the last report a pass read."""
-    if type != "DELETED":
-        return
-    if uid:
-        forget(uid)
-    if namespace:
-        WAKER.forget_trainjob(namespace, name)
-    logger.info("TrainJob deleted; Kubernetes garbage-collects its RayJob, ConfigMap and RBAC.")
 
 
 def trainjob_state(

@@ -276,7 +276,7 @@ WAKER = Waker(run_pass)
 @kopf.on.event(
     RAY_GROUP, RAY_VERSION, RAYJOBS, labels={LABEL_TRAINJOB: kopf.PRESENT}, id="wake-trainjob"
 )
-def rayjob_changed(
+async def rayjob_changed(
     type: str | None,
     namespace: str | None,
     name: str,
@@ -286,7 +286,10 @@ def rayjob_changed(
     rayclusters: kopf.Index[Any, Any] | None = None,
     **_: Any,
 ) -> None:
-    """A RayJob of a TrainJob changed: that TrainJob's pass runs now (through the queue)."""
+    """A RayJob of a TrainJob changed: that TrainJob's pass runs now (through the queue).
+
+    The event handlers are coroutines: what they do takes microseconds, and kopf would hand a
+    plain function to its thread pool, where the passes wait for threads too."""
     if namespace is None:
         return
     WAKER.capture(rayjobs, rayclusters)
@@ -300,18 +303,38 @@ def rayjob_changed(
     WAKER.schedule((namespace, owner))
 
 
-def _needs_operator(status: kopf.Status, spec: kopf.Spec, meta: kopf.Meta, **_: Any) -> bool:
-    ttl = templates.effective_value(spec, status, "ttlSecondsAfterFinished")
-    return machine.needs_operator(status, ttl, meta.get("annotations") or {})
-
-
-@kopf.on.event(GROUP, VERSION, PLURAL, id="wake-on-report", when=_needs_operator)
-def trainjob_changed(
-    type: str | None, namespace: str | None, name: str, status: kopf.Status, **_: Any
+@kopf.on.event(GROUP, VERSION, PLURAL, id="trainjob-event")
+async def trainjob_changed(
+    type: str | None,
+    namespace: str | None,
+    name: str,
+    status: kopf.Status,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    logger: kopf.Logger,
+    uid: str | None = None,
+    **_: Any,
 ) -> None:
-    """The runtime wrote a new report: the TrainJob's pass runs now (through the queue)."""
+    """The runtime wrote a new report: the TrainJob's pass runs now (through the queue). The
+    TrainJob is gone: what the operator kept of it is dropped."""
     if namespace is None:
         return
-    if type == "MODIFIED" and WAKER.report_news(namespace, name, status.get("trainerStatus")):
+    if type == "DELETED":
+        from raytrain_operator.handlers.reconcile import forget
+
+        if uid:
+            forget(uid)
+        WAKER.forget_trainjob(namespace, name)
+        logger.info("TrainJob deleted; Kubernetes garbage-collects its RayJob, ConfigMap and RBAC.")
+    elif (
+        type == "MODIFIED"
+        and _needs_operator(status, spec, meta)
+        and WAKER.report_news(namespace, name, status.get("trainerStatus"))
+    ):
         metrics.WAKEUPS.labels(cause="report").inc()
         WAKER.schedule((namespace, name))
+
+
+def _needs_operator(status: kopf.Status, spec: kopf.Spec, meta: kopf.Meta) -> bool:
+    ttl = templates.effective_value(spec, status, "ttlSecondsAfterFinished")
+    return machine.needs_operator(status, ttl, meta.get("annotations") or {})
