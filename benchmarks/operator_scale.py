@@ -146,6 +146,13 @@ def main() -> int:
         action="store_true",
         help="keep KubeRay paused (SIGSTOP) for the whole run, not only the lifecycle count",
     )
+    parser.add_argument(
+        "--create-rate",
+        type=float,
+        default=0.0,
+        help="create the TrainJobs at most this many per second (default 0: as fast as the "
+        "API server takes them)",
+    )
     parser.add_argument("--keep-cluster", action="store_true")
     args = parser.parse_args()
 
@@ -291,6 +298,10 @@ def _measure(
     cpu_start = cpu_seconds(operator.pid)
     start = time.monotonic()
     for i in range(args.jobs):
+        if args.create_rate > 0:
+            pause = start + i / args.create_rate - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
         name = f"job-{i}"
         custom.create_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, trainjob(name))
         created[name] = time.monotonic()
@@ -307,6 +318,7 @@ def _measure(
     rate = args.jobs / elapsed
     result.update(
         {
+            "create_rate_limit_per_s": args.create_rate or None,
             "raw_create_per_s": round(raw_rate, 1),
             # The same create loop with the operator at work (CPU and API server shared).
             "create_loop_with_operator_per_s": round(create_rate, 1),
