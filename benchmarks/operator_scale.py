@@ -5,7 +5,9 @@ Measures, in one run:
 - TrainJob created → RayJob created latency, p50/p99 (client clock: from the create call's
   return to the RayJob's ADDED watch event), and throughput in TrainJobs/s, as a ratio to the
   baseline create rate;
-- operator RSS (VmRSS of the process) once all N have their RayJob;
+- operator RSS (VmRSS of the process, and its peak, VmHWM), open sockets and threads once all N
+  have their RayJob; the creates go as fast as the API server takes them, or at most
+  --create-rate per second;
 - API requests per TrainJob lifecycle (create → RayJob → runtime reports Succeeded →
   Succeeded condition → delete → gone), from kube-apiserver's `apiserver_request_total` over
   the resources in COUNTED, less the requests this script makes itself; in all, and by verb
@@ -20,7 +22,7 @@ The KubeRay operator runs during the N-job part and the idle window (its Ray clu
 on the KWOK nodes; there is room for one 8-GPU worker pod per node) unless --pause-kuberay.
 
     python benchmarks/operator_scale.py [--jobs 1000] [--nodes 500] [--idle-seconds 600]
-        [--pause-kuberay] [--keep-cluster]
+        [--create-rate PER_S] [--pause-kuberay] [--keep-cluster]
 
 Uses its own cluster (RAYTRAIN_CLUSTER=raytrain-bench) so tests' clusters are left alone, and
 stops it at the end unless --keep-cluster. The lifecycle count runs first, on an operator with
