@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 from typing import Any
 
 import _fake_api
@@ -73,9 +74,76 @@ CHILDREN = [
 ]
 
 
+def assert_calls(calls: list[tuple[str, str, str]], wanted: list[tuple[str, str, str]]) -> None:
+    """The same calls, each child's in the wanted order; the children before the RayJob go
+    out together (in any order between them), the Role before its RoleBinding, the RayJob
+    last."""
+    assert sorted(calls) == sorted(wanted)
+    for child in CHILDREN:
+        assert [c for c in calls if c[1:] == child] == [c for c in wanted if c[1:] == child]
+    rayjob_calls = [i for i, c in enumerate(calls) if c[1] == "RayJob"]
+    others = [i for i, c in enumerate(calls) if c[1] != "RayJob"]
+    assert max(others) < min(rayjob_calls)
+    role = [i for i, c in enumerate(calls) if c[1] == "Role"]
+    binding = [i for i, c in enumerate(calls) if c[1] == "RoleBinding"]
+    assert max(role) < min(binding)
+
+
 def test_fresh_children_cost_one_create_each(server: FakeServer) -> None:
     ensure()
-    assert server.calls == [("create", kind, name) for kind, name in CHILDREN]
+    assert_calls(server.calls, [("create", kind, name) for kind, name in CHILDREN])
+
+
+def test_the_children_go_out_together_and_the_rayjob_after_them(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each create waits (up to 5 s) until five are in flight: only requests that go out
+    together get there, and the RayJob's create starts after the others returned."""
+    gate = threading.Condition()
+    in_flight: list[str] = []
+    peak: list[int] = [0]
+    rayjob_saw: list[int] = []
+    create = server.create
+
+    def gathering_create(body: dict[str, Any]) -> dict[str, Any] | None:
+        with gate:
+            in_flight.append(body["kind"])
+            peak[0] = max(peak[0], len(in_flight))
+            if body["kind"] == "RayJob":
+                rayjob_saw.append(len(in_flight))
+            gate.notify_all()
+            gate.wait_for(lambda: peak[0] >= 5, timeout=5)
+        try:
+            return create(body)
+        finally:
+            with gate:
+                in_flight.remove(body["kind"])
+
+    monkeypatch.setattr(k8s, "create", gathering_create)
+    ensure()
+    assert peak[0] == 5  # ConfigMap, ServiceAccount, Role, PodDisruptionBudget, NetworkPolicy
+    assert rayjob_saw == [1]  # alone: everything else had returned
+    assert_calls(server.calls, [("create", kind, name) for kind, name in CHILDREN])
+
+
+def test_together_raises_the_first_error_in_order_once_all_are_done() -> None:
+    done: list[str] = []
+
+    def slow_ok() -> str:
+        threading.Event().wait(0.2)
+        done.append("slow")
+        return "slow"
+
+    def fails(message: str) -> Any:
+        def call() -> Any:
+            raise ValueError(message)
+
+        return call
+
+    with pytest.raises(ValueError, match="first"):
+        apply.together([slow_ok, fails("first"), fails("second")])
+    assert done == ["slow"]
+    assert apply.together([lambda: 1, lambda: 2, slow_ok]) == [1, 2, "slow"]
 
 
 def test_existing_children_we_own_are_applied_whole(server: FakeServer) -> None:
@@ -88,11 +156,14 @@ def test_existing_children_we_own_are_applied_whole(server: FakeServer) -> None:
     server.objects[("RayJob", "digits-0")]["spec"]["entrypoint"] = "sh -c 'echo hijacked'"
     server.calls.clear()
     ensure()
-    assert server.calls == [
-        call
-        for kind, name in CHILDREN
-        for call in [("create", kind, name), ("get", kind, name), ("apply", kind, name)]
-    ]
+    assert_calls(
+        server.calls,
+        [
+            call
+            for kind, name in CHILDREN
+            for call in [("create", kind, name), ("get", kind, name), ("apply", kind, name)]
+        ],
+    )
     assert server.objects == wanted
 
 
