@@ -14,11 +14,12 @@ than the status, or that would start an attempt while another attempt's RayJob s
 creates nothing. A child the API server refuses (422, 400, 403) raises `Rejected` with the
 server's own message, which the status shows.
 
-Requests that do not depend on each other go out together (`together`, a small pool of
-threads, each with its own connection): the fence's three reads, then the children (the
-ConfigMap, the ServiceAccount, the Role and then its RoleBinding, the disruption budget, the
-NetworkPolicy), and the RayJob last, once they all exist, so that its pods find them. A new
-TrainJob's RayJob is thus three round trips after the fence starts, not eleven.
+Requests that do not depend on each other go out together (`together`: the pass's own thread
+and a pool of as many threads as kopf has for passes, each with its own connection): the
+fence's three reads, then the children (the ConfigMap, the ServiceAccount, the Role and then
+its RoleBinding, the disruption budget, the NetworkPolicy), and the RayJob last, once they all
+exist, so that its pods find them. A new TrainJob's RayJob is thus three round trips after
+the fence starts, not eleven.
 """
 
 from __future__ import annotations
@@ -65,29 +66,36 @@ from raytrain_operator.status.machine import (
     SetRayJobSuspend,
 )
 
-#: Threads that carry the requests of one pass that can go out together (each thread keeps
-#: its own connection to the API server): enough for the widest step, the children.
-TOGETHER_THREADS = 5
+#: Threads that carry the requests of a pass that go out beside the one its own thread sends
+#: (each keeps its own connection to the API server): as many as kopf's threads for passes,
+#: so that passes running at once never wait for one another's requests here.
 _pool: ThreadPoolExecutor | None = None
 _pool_guard = threading.Lock()
 
 
 def together(calls: Sequence[Callable[[], Any]]) -> list[Any]:
     """Run the calls at the same time and return their results in order, once all are done;
-    if any raised, the first in order's exception is raised (after the others finished)."""
+    if any raised, the first in order's exception is raised (after the others finished). The
+    first call runs on the calling thread, the others on the pool."""
     if len(calls) <= 1:
         return [call() for call in calls]
     global _pool
     with _pool_guard:
         if _pool is None:
-            _pool = ThreadPoolExecutor(TOGETHER_THREADS, thread_name_prefix="raytrain-apply")
+            _pool = ThreadPoolExecutor(CONFIG.workers, thread_name_prefix="raytrain-apply")
         pool = _pool
-    futures = [pool.submit(contextvars.copy_context().run, call) for call in calls]
-    errors = [f.exception() for f in futures]
-    for error in errors:
-        if error is not None:
-            raise error
-    return [f.result() for f in futures]
+    futures = [pool.submit(contextvars.copy_context().run, call) for call in calls[1:]]
+    first: Any = None
+    error: BaseException | None = None
+    try:
+        first = calls[0]()
+    except Exception as exc:
+        error = exc
+    errors = [error, *(f.exception() for f in futures)]
+    for found in errors:
+        if found is not None:
+            raise found
+    return [first, *(f.result() for f in futures)]
 
 
 class Conflict(Exception):
