@@ -192,8 +192,16 @@ def test_a_conflict_writes_nothing_more(recorder: list[dict[str, Any]]) -> None:
     assert only["body"]["metadata"]["resourceVersion"] == "41"
 
 
-def report_event(kind: str, trainer_status: dict[str, Any] | None, **status: Any) -> None:
-    body = kopf.Body({"spec": {}, "status": {"trainerStatus": trainer_status, **status}})
+def report_event(
+    kind: str, trainer_status: dict[str, Any] | None, uid: str | None = None, **status: Any
+) -> None:
+    body = kopf.Body(
+        {
+            "metadata": {"uid": uid} if uid else {},
+            "spec": {},
+            "status": {"trainerStatus": trainer_status, **status},
+        }
+    )
     asyncio.run(
         wake.trainjob_changed(
             type=kind,
@@ -203,6 +211,7 @@ def report_event(kind: str, trainer_status: dict[str, Any] | None, **status: Any
             spec=body.spec,
             meta=body.meta,
             logger=logging.getLogger("t"),
+            uid=uid,
         )
     )
 
@@ -229,19 +238,7 @@ def test_a_deleted_trainjob_is_forgotten() -> None:
 
     reconcile._lock("uid-gone")
     wake.WAKER.saw_report("team-a", "digits", {"phase": "Running"})
-    body = kopf.Body({"metadata": {"uid": "uid-gone"}, "spec": {}, "status": {}})
-    asyncio.run(
-        wake.trainjob_changed(
-            type="DELETED",
-            namespace="team-a",
-            name="digits",
-            status=body.status,
-            spec=body.spec,
-            meta=body.meta,
-            logger=logging.getLogger("t"),
-            uid="uid-gone",
-        )
-    )
+    report_event("DELETED", None, uid="uid-gone")
     assert "uid-gone" not in reconcile._locks
     assert ("team-a", "digits") not in wake.WAKER._reports
 

@@ -31,7 +31,7 @@ from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
 from raytrain_operator.handlers import apply, preflight
 from raytrain_operator.handlers import templates as template_reader
-from raytrain_operator.handlers.wake import RESYNC, WAKER
+from raytrain_operator.handlers.wake import RESYNC, WAKER, needs_operator
 from raytrain_operator.settings import CONFIG
 from raytrain_operator.status import conditions, machine, triage
 
@@ -320,8 +320,7 @@ def _still_needs_operator(
         **(metadata.get("annotations") or {}),
         **dict((patch.get("metadata") or {}).get("annotations") or {}),
     }
-    ttl = templates.effective_value(body.get("spec") or {}, after, "ttlSecondsAfterFinished")
-    return machine.needs_operator(after, ttl, annotations)
+    return needs_operator(body.get("spec") or {}, after, annotations)
 
 
 def api_unavailable(exc: BaseException) -> str | None:

@@ -75,6 +75,14 @@ def fingerprint(rayjob: Mapping[str, Any]) -> str:
     )
 
 
+def needs_operator(
+    spec: Mapping[str, Any], status: Mapping[str, Any], annotations: Mapping[str, Any]
+) -> bool:
+    """machine.needs_operator with the TTL the job runs under (its own, or its template's)."""
+    ttl = templates.effective_value(spec, status, "ttlSecondsAfterFinished")
+    return machine.needs_operator(status, ttl, annotations)
+
+
 class Waker:
     """A delay queue of TrainJob keys, each run by `run` when due, one pass per key at a time."""
 
@@ -230,10 +238,8 @@ def run_pass(key: Key, cause: str = WAKE) -> None:
     metadata = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    if metadata.get("deletionTimestamp") or not machine.needs_operator(
-        status,
-        templates.effective_value(spec, status, "ttlSecondsAfterFinished"),
-        metadata.get("annotations") or {},
+    if metadata.get("deletionTimestamp") or not needs_operator(
+        spec, status, metadata.get("annotations") or {}
     ):
         return
     body = kopf.Body(cast(kopf.RawBody, obj))
@@ -328,13 +334,8 @@ async def trainjob_changed(
         logger.info("TrainJob deleted; Kubernetes garbage-collects its RayJob, ConfigMap and RBAC.")
     elif (
         type == "MODIFIED"
-        and _needs_operator(status, spec, meta)
+        and needs_operator(spec, status, meta.get("annotations") or {})
         and WAKER.report_news(namespace, name, status.get("trainerStatus"))
     ):
         metrics.WAKEUPS.labels(cause="report").inc()
         WAKER.schedule((namespace, name))
-
-
-def _needs_operator(status: kopf.Status, spec: kopf.Spec, meta: kopf.Meta) -> bool:
-    ttl = templates.effective_value(spec, status, "ttlSecondsAfterFinished")
-    return machine.needs_operator(status, ttl, meta.get("annotations") or {})
