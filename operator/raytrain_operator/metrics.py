@@ -39,13 +39,14 @@ API_ERRORS = Counter(
 )
 RAYJOB_LOOKUPS = Counter(
     "raytrain_rayjob_lookups_total",
-    "Reads of a TrainJob's current RayJob, by source: the watch-fed index or the API server.",
+    "Reads of a TrainJob's current RayJob, by source: the watch-fed index, the API server, or "
+    "none at a new TrainJob's first pass (first-pass).",
     ["source"],
 )
 FENCED_PASSES = Counter(
     "raytrain_fenced_passes_total",
-    "Passes that created nothing: the API server showed another attempt than the pass saw, or "
-    "a RayJob or pod of another attempt still existed.",
+    "Passes that created no contract and no RayJob: the API server showed another attempt "
+    "than the pass saw, or a RayJob or pod of another attempt still existed.",
 )
 WAKEUPS = Counter(
     "raytrain_wakeups_total",

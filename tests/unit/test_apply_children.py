@@ -49,6 +49,17 @@ class FakeServer:
         self.objects[key] = copy.deepcopy(body)
         return self.objects[key]
 
+    # The fence's reads: the TrainJob as the pass saw it, none of another attempt's RayJobs or
+    # pods. They are not in `calls`, which lists the children's requests.
+    def get_trainjob(self, namespace: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": namespace, "uid": UID}, "status": {}}
+
+    def list_rayjobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return []
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return []
+
 
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> FakeServer:
@@ -56,6 +67,9 @@ def server(monkeypatch: pytest.MonkeyPatch) -> FakeServer:
     monkeypatch.setattr(k8s, "create", fake.create)
     monkeypatch.setattr(k8s, "get", fake.get)
     monkeypatch.setattr(k8s, "apply", fake.apply)
+    monkeypatch.setattr(k8s, "get_trainjob", fake.get_trainjob)
+    monkeypatch.setattr(k8s, "list_rayjobs", fake.list_rayjobs)
+    monkeypatch.setattr(k8s, "list_pods", fake.list_pods)
     return fake
 
 
@@ -94,36 +108,79 @@ def test_fresh_children_cost_one_create_each(server: FakeServer) -> None:
     assert_calls(server.calls, [("create", kind, name) for kind, name in CHILDREN])
 
 
-def test_the_children_go_out_together_and_the_rayjob_after_them(
+#: The rounds of a new attempt's requests (apply.py): what goes out together, in order.
+ROUNDS = [
+    {"TrainJob?", "RayJobs?", "pods?", "Role", "ServiceAccount"},
+    {"ConfigMap", "RoleBinding", "PodDisruptionBudget", "NetworkPolicy"},
+    {"RayJob"},
+]
+
+
+def test_the_requests_go_out_in_three_rounds(
     server: FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each create waits (up to 5 s) until five are in flight: only requests that go out
-    together get there, and the RayJob's create starts after the others returned."""
+    """Each request waits (up to 5 s) until every other request of its round is in flight with
+    it, and records what was in flight: a round whose requests went out one after another, or
+    a request that started before the round in front of it returned, shows up in the record."""
     gate = threading.Condition()
-    in_flight: list[str] = []
-    peak: list[int] = [0]
-    rayjob_saw: list[int] = []
-    create = server.create
+    in_flight: set[str] = set()
+    seen: dict[str, set[str]] = {}
 
-    def gathering_create(body: dict[str, Any]) -> dict[str, Any] | None:
+    def gathered(what: str, call: Any) -> Any:
+        round_ = next(r for r in ROUNDS if what in r)
         with gate:
-            in_flight.append(body["kind"])
-            peak[0] = max(peak[0], len(in_flight))
-            if body["kind"] == "RayJob":
-                rayjob_saw.append(len(in_flight))
+            in_flight.add(what)
             gate.notify_all()
-            gate.wait_for(lambda: peak[0] >= 5, timeout=5)
+            gate.wait_for(lambda: round_ <= in_flight, timeout=5)
+            seen[what] = set(in_flight)
         try:
-            return create(body)
+            return call()
         finally:
             with gate:
-                in_flight.remove(body["kind"])
+                # Leave once the whole round has looked, so each sees all of its round.
+                gate.wait_for(lambda: all(w in seen for w in round_), timeout=5)
+                in_flight.discard(what)
+                gate.notify_all()
 
-    monkeypatch.setattr(k8s, "create", gathering_create)
+    create = server.create
+    monkeypatch.setattr(k8s, "create", lambda body: gathered(body["kind"], lambda: create(body)))
+    for name, what in (
+        ("get_trainjob", "TrainJob?"),
+        ("list_rayjobs", "RayJobs?"),
+        ("list_pods", "pods?"),
+    ):
+        read = getattr(server, name)
+        monkeypatch.setattr(
+            k8s, name, lambda ns, arg, read=read, what=what: gathered(what, lambda: read(ns, arg))
+        )
     ensure()
-    assert peak[0] == 5  # ConfigMap, ServiceAccount, Role, PodDisruptionBudget, NetworkPolicy
-    assert rayjob_saw == [1]  # alone: everything else had returned
+    for round_ in ROUNDS:
+        for what in round_:
+            assert seen[what] == round_, what
     assert_calls(server.calls, [("create", kind, name) for kind, name in CHILDREN])
+
+
+def test_a_fenced_pass_writes_nothing_that_names_an_attempt(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fence fails (the server is at attempt 1): the Role and the ServiceAccount, which
+    went out beside its reads, may exist; nothing else was sent, and Fenced is what the pass
+    sees even when a child beside it failed too."""
+    monkeypatch.setattr(
+        k8s,
+        "get_trainjob",
+        lambda ns, name: {"metadata": {"uid": UID}, "status": {"attempt": 1}},
+    )
+    with pytest.raises(apply.Fenced, match="attempt 1"):
+        ensure()
+    assert {kind for _, kind, _ in server.calls} <= {"Role", "ServiceAccount"}
+
+    def refuse(body: dict[str, Any]) -> Any:
+        raise apply.Conflict(f"{body['kind']} taken")
+
+    monkeypatch.setattr(k8s, "create", refuse)
+    with pytest.raises(apply.Fenced):
+        ensure()
 
 
 def test_together_raises_the_first_error_in_order_once_all_are_done() -> None:

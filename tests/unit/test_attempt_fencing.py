@@ -89,7 +89,8 @@ class Server:
         self.trainjob = {"metadata": {"uid": UID}, "status": {"attempt": attempt}}
         self.rayjobs = rayjobs
         self.pods: list[dict[str, Any]] | None = []
-        self.ensured: list[int] = []
+        self.ensured: list[int] = []  # the attempts whose RayJob was created
+        self.children: list[str] = []  # the kinds of every child created
 
 
 @pytest.fixture
@@ -98,9 +99,14 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Server:
     monkeypatch.setattr(k8s, "get_trainjob", lambda ns, name: srv.trainjob)
     monkeypatch.setattr(k8s, "list_rayjobs", lambda ns, selector: list(srv.rayjobs))
     monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: srv.pods)
-    monkeypatch.setattr(
-        apply, "ensure_children", lambda tj, meta, action, *_: srv.ensured.append(action.attempt)
-    )
+
+    def ensure(body: dict[str, Any], meta: Any) -> bool:
+        srv.children.append(body["kind"])
+        if body["kind"] == "RayJob":
+            srv.ensured.append(int(body["metadata"]["labels"]["raytrain.dev/attempt"]))
+        return True
+
+    monkeypatch.setattr(apply, "_ensure", ensure)
     return srv
 
 
@@ -114,6 +120,8 @@ def test_a_stale_snapshot_creates_nothing(server: Server) -> None:
     with pytest.raises(apply.Fenced, match="attempt 1"):
         run_actions([m.EnsureChildren(0, False)])
     assert server.ensured == []
+    # Only what names no attempt went out beside the fence's reads.
+    assert set(server.children) <= {"Role", "ServiceAccount"}
 
 
 def test_a_rayjob_of_another_attempt_blocks_the_next_one(server: Server) -> None:
@@ -185,3 +193,20 @@ def test_a_fenced_pass_writes_no_status(monkeypatch: pytest.MonkeyPatch) -> None
     reconcile.reconcile("resync", kopf.Body(body), patch, LOG, {}, {})
     assert "status" not in patch
     assert metrics.FENCED_PASSES._value.get() == before + 1
+
+
+def test_a_first_pass_reads_no_rayjob_and_a_later_one_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TrainJob with no status yet: the index has no RayJob and nobody is asked (the fence
+    reads the server before anything is created). Once a status is on record, a RayJob the
+    index has not seen is read from the API server."""
+    reads: list[str] = []
+    monkeypatch.setattr(k8s, "get_rayjob", lambda ns, name: reads.append(name))
+    monkeypatch.setattr(reconcile.preflight, "check", lambda tj, meta: None)
+    monkeypatch.setattr(apply, "run", lambda *args: None)
+    monkeypatch.setattr(kopf, "info", lambda *a, **kw: None)
+    new = reconcile.reconcile("create", kopf.Body(manifest()), kopf.Patch(), LOG, {}, {})
+    assert reads == []
+    assert any(isinstance(a, m.EnsureChildren) for a in new.actions)
+    body = {**manifest(), "status": {"attempt": 0, "rayJobName": "digits-0"}}
+    reconcile.reconcile("resync", kopf.Body(body), kopf.Patch(), LOG, {}, {})
+    assert reads == ["digits-0"]

@@ -395,6 +395,9 @@ def test_turning_the_budget_off_deletes_it_at_the_next_attempt(
         or body,
     )  # fmt: skip
     monkeypatch.setattr(k8s, "delete", lambda kind, ns, name: deleted.append((kind, name)))
+    monkeypatch.setattr(
+        apply, "fence", lambda meta, attempt: None
+    )  # tested in test_attempt_fencing
     log = logging.getLogger("test")
     apply.ensure_children(trainjob(), meta(), EnsureChildren(0, False), None, log)
     assert ("PodDisruptionBudget", "digits-ray") in created and deleted == []

@@ -97,6 +97,9 @@ def test_a_refused_child_carries_the_api_servers_message(
         return body
 
     monkeypatch.setattr(k8s, "create", create)
+    monkeypatch.setattr(
+        apply, "fence", lambda meta, attempt: None
+    )  # tested in test_attempt_fencing
     with pytest.raises(apply.Rejected) as caught:
         apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
     assert caught.value.reason == reason
@@ -114,6 +117,9 @@ def test_no_rayjob_api_says_kuberay_is_missing(monkeypatch: pytest.MonkeyPatch) 
         return body
 
     monkeypatch.setattr(k8s, "create", create)
+    monkeypatch.setattr(
+        apply, "fence", lambda meta, attempt: None
+    )  # tested in test_attempt_fencing
     with pytest.raises(apply.Rejected) as caught:
         apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
     assert caught.value.reason == "KubeRayMissing" and "install" in caught.value.message
@@ -124,6 +130,9 @@ def test_a_passing_error_is_not_turned_into_a_condition(monkeypatch: pytest.Monk
         raise ApiException(status=500, reason="Internal Server Error")
 
     monkeypatch.setattr(k8s, "create", create)
+    monkeypatch.setattr(
+        apply, "fence", lambda meta, attempt: None
+    )  # tested in test_attempt_fencing
     with pytest.raises(ApiException):
         apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
 

@@ -8,18 +8,22 @@ object without our ownerReference belongs to someone else and is never touched: 
 would adopt it, because server-side apply reports a conflict only for fields that both
 managers set, and a foreign ConfigMap's keys need not overlap ours. Deletes tolerate "not found".
 
-Before the children of an attempt are created, `fence` reads the TrainJob and its RayJobs from
-the API server itself (not from the watch that woke the pass): a pass whose snapshot is older
-than the status, or that would start an attempt while another attempt's RayJob still exists,
-creates nothing. A child the API server refuses (422, 400, 403) raises `Rejected` with the
-server's own message, which the status shows.
+Before an attempt's children are created, `fence` reads the TrainJob, its RayJobs and its pods
+from the API server itself (not from the watch that woke the pass): a pass whose snapshot is
+older than the status, or that would start an attempt while another attempt's RayJob or pods
+still exist, creates neither the attempt's contract nor its RayJob nor anything that waits
+for them. A child the API server refuses (422, 400, 403) raises `Rejected` with the server's
+own message, which the status shows.
 
 Requests that do not depend on each other go out together (`together`: the pass's own thread
-and a pool of as many threads as kopf has for passes, each with its own connection): the
-fence's three reads, then the children (the ConfigMap, the ServiceAccount, the Role and then
-its RoleBinding, the disruption budget, the NetworkPolicy), and the RayJob last, once they all
-exist, so that its pods find them. A new TrainJob's RayJob is thus three round trips after
-the fence starts, not eleven.
+and a pool of as many threads as kopf has for passes, each with its own connection), in three
+rounds:
+1. the fence's three reads, with the Role and the ServiceAccount: neither names an attempt,
+   and the Role must exist before the API server takes a RoleBinding to it;
+2. once the fence passed: the contract ConfigMap (it names the attempt and the checkpoint to
+   resume from), the RoleBinding, the disruption budget and the NetworkPolicy;
+3. the RayJob, once they all exist, so that its pods find them and are never unprotected.
+A new TrainJob's RayJob is thus three round trips after the pass starts.
 """
 
 from __future__ import annotations
@@ -113,7 +117,8 @@ class Rejected(Exception):
 
 class Fenced(Exception):
     """The pass must not create this attempt's children (its snapshot is stale, or another
-    attempt's RayJob still exists); nothing was created and the next pass decides again."""
+    attempt's RayJob still exists); no contract and no RayJob were written (at most the Role
+    and the ServiceAccount, which name no attempt) and the next pass decides again."""
 
 
 #: API answers to a create or apply that no retry of the same body can change.
@@ -244,16 +249,19 @@ def ensure_children(
         else:
             k8s.delete("NetworkPolicy", meta.namespace, network_policy_name(meta.name))
 
-    def ensure_role_then_binding() -> None:
-        # The API server checks a RoleBinding against its Role's rules: the Role goes first.
-        _ensure(role, meta)
-        _ensure(binding, meta)
-
+    # The fence first: when it raises, its word wins over a child's error (together).
+    together(
+        [
+            lambda: fence(meta, action.attempt),
+            lambda: _ensure(role, meta),
+            lambda: _ensure(account, meta),
+        ]
+    )
+    # The API server checks a RoleBinding against its Role's rules: the Role went first.
     together(
         [
             lambda: _ensure(configmap, meta),
-            lambda: _ensure(account, meta),
-            ensure_role_then_binding,
+            lambda: _ensure(binding, meta),
             ensure_budget,
             ensure_policy,
         ]
@@ -292,10 +300,9 @@ def run(
     for action in actions:
         if isinstance(action, EnsureChildren):
             if trainjob is not None:
-                fence(meta, action.attempt)
                 try:
                     ensure_children(trainjob, meta, action, creation_timestamp, logger)
-                except (Conflict, Rejected, ApiException):
+                except (Fenced, Conflict, Rejected, ApiException):
                     raise
                 except Exception as exc:
                     # A builder that breaks on this spec: say so instead of failing every pass.
