@@ -70,7 +70,8 @@ def test_a_pass_that_raises_is_queued_again(
 
     def run(key: tuple[str, str], cause: str) -> None:
         calls.append(cause)
-        raise error
+        if len(calls) == 1:  # only the first: the retry ends the chain, no thread left at it
+            raise error
 
     waker = wake.Waker(run)
     waker.schedule(("ns", "a"))
