@@ -385,6 +385,7 @@ def test_the_worker_reads_its_own_pod_to_tell_a_disruption() -> None:
 # ------------------------------------------------------------------------------------ apply
 
 
+@pytest.mark.usefixtures("no_fence")
 def test_turning_the_budget_off_deletes_it_at_the_next_attempt(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -395,9 +396,6 @@ def test_turning_the_budget_off_deletes_it_at_the_next_attempt(
         or body,
     )  # fmt: skip
     monkeypatch.setattr(k8s, "delete", lambda kind, ns, name: deleted.append((kind, name)))
-    monkeypatch.setattr(
-        apply, "fence", lambda meta, attempt: None
-    )  # tested in test_attempt_fencing
     log = logging.getLogger("test")
     apply.ensure_children(trainjob(), meta(), EnsureChildren(0, False), None, log)
     assert ("PodDisruptionBudget", "digits-ray") in created and deleted == []

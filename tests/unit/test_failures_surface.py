@@ -62,9 +62,8 @@ def test_any_builder_exception_is_a_spec_problem(monkeypatch: pytest.MonkeyPatch
     assert p.phase == "Stalled" and cond(p, "Stalled")["reason"] == "InvalidSpec"
 
 
+@pytest.mark.usefixtures("no_fence")
 def test_a_builder_failing_at_create_time_stalls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(apply, "fence", lambda meta, attempt: None)
-
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise ArithmeticError("decimal overflow")
 
@@ -83,6 +82,7 @@ def api_error(status: int, message: str) -> ApiException:
     return exc
 
 
+@pytest.mark.usefixtures("no_fence")
 @pytest.mark.parametrize(
     ("status", "reason"), [(422, "ChildRejected"), (400, "ChildRejected"), (403, "ChildForbidden")]
 )
@@ -97,9 +97,6 @@ def test_a_refused_child_carries_the_api_servers_message(
         return body
 
     monkeypatch.setattr(k8s, "create", create)
-    monkeypatch.setattr(
-        apply, "fence", lambda meta, attempt: None
-    )  # tested in test_attempt_fencing
     with pytest.raises(apply.Rejected) as caught:
         apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
     assert caught.value.reason == reason
@@ -110,6 +107,7 @@ def test_a_refused_child_carries_the_api_servers_message(
     assert cond(p, "Created")["status"] == "False"
 
 
+@pytest.mark.usefixtures("no_fence")
 def test_no_rayjob_api_says_kuberay_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     def create(body: dict[str, Any]) -> Any:
         if body["kind"] == "RayJob":
@@ -117,22 +115,17 @@ def test_no_rayjob_api_says_kuberay_is_missing(monkeypatch: pytest.MonkeyPatch) 
         return body
 
     monkeypatch.setattr(k8s, "create", create)
-    monkeypatch.setattr(
-        apply, "fence", lambda meta, attempt: None
-    )  # tested in test_attempt_fencing
     with pytest.raises(apply.Rejected) as caught:
         apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
     assert caught.value.reason == "KubeRayMissing" and "install" in caught.value.message
 
 
+@pytest.mark.usefixtures("no_fence")
 def test_a_passing_error_is_not_turned_into_a_condition(monkeypatch: pytest.MonkeyPatch) -> None:
     def create(body: dict[str, Any]) -> Any:
         raise ApiException(status=500, reason="Internal Server Error")
 
     monkeypatch.setattr(k8s, "create", create)
-    monkeypatch.setattr(
-        apply, "fence", lambda meta, attempt: None
-    )  # tested in test_attempt_fencing
     with pytest.raises(ApiException):
         apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
 

@@ -116,15 +116,13 @@ def test_the_operator_reads_its_peers_from_the_environment(
         settings.OperatorConfig()
 
 
+@pytest.mark.usefixtures("no_fence")
 def test_each_attempt_applies_the_policy_and_turning_it_off_removes_it(
     server: FakeServer,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     deleted: list[tuple[str, str]] = []
     monkeypatch.setattr(k8s, "delete", lambda kind, ns, name: deleted.append((kind, name)))
-    monkeypatch.setattr(
-        apply, "fence", lambda meta, attempt: None
-    )  # tested in test_attempt_fencing
     apply.ensure_children(trainjob(), meta(), EnsureChildren(0, False), None, LOG)
     assert server.objects[("NetworkPolicy", "digits-ray")] == build_network_policy(
         meta(), settings.CONFIG.network_policy_ingress
