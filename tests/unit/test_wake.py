@@ -244,6 +244,20 @@ def test_a_deleted_trainjob_is_forgotten() -> None:
     assert ("team-a", "digits") not in wake.WAKER._reports
 
 
+def test_a_deleted_trainjobs_queued_pass_is_dropped() -> None:
+    ran: list[str] = []
+    waker = wake.Waker(lambda key, cause: ran.append(key[1]))
+    waker.schedule(("ns", "gone"), 0.2, wake.RESYNC)
+    waker.schedule(("ns", "kept"), 0.3, wake.RESYNC)
+    waker.forget_trainjob("ns", "gone")
+    assert set(waker.pending()) == {("ns", "kept")}
+    wait_until(lambda: ran == ["kept"])
+    pause = threading.Event()
+    pause.wait(0.1)  # past the dropped pass's time: it does not run late either
+    assert ran == ["kept"]
+    assert waker.pending() == {}
+
+
 def test_a_starting_cluster_is_looked_at_once_when_due_then_with_the_resync() -> None:
     from datetime import datetime, timedelta, timezone
 

@@ -134,8 +134,16 @@ class Waker:
             return self._reports.get((namespace, name), text) != text
 
     def forget_trainjob(self, namespace: str, name: str) -> None:
+        """The TrainJob is gone: its last report and its queued pass (which would only read a
+        404) are dropped; a pass running now ends on its own."""
+        key = (namespace, name)
         with self._seen_guard:
-            self._reports.pop((namespace, name), None)
+            self._reports.pop(key, None)
+        with self._cond:
+            # Its heap entry stays, superseded: `_next` skips an entry whose time is not due.
+            self._due.pop(key, None)
+            self._cause.pop(key, None)
+            self._again.discard(key)
 
     # ------------------------------------------------------------------------ the queue
 
