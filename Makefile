@@ -80,9 +80,9 @@ lint: install
 
 # pytest exits 5 when it collects no test, so a suite that runs nothing fails here too.
 # --durations: the log of every run names its slowest tests, CI's included. TEST_MARKERS
-# leaves out what only `make test-faults` and `make test-pending` run (tests/integration/
+# leaves out what only `make test-faults`, `make test-pending` and a benchmark run (tests/integration/
 # conftest.py and pyproject.toml name the markers).
-TEST_MARKERS ?= not realpods_pending and not realpods_preemption and not realpods_second_cluster
+TEST_MARKERS ?= not realpods_pending and not realpods_preemption and not realpods_second_cluster and not realpods_bench
 test: install prereqs lint
 	$(NETNS) $(PYTHON) -m pytest --durations=40 -m '$(TEST_MARKERS)' $(PYTEST_ARGS)
 

@@ -28,7 +28,14 @@ Runs alternate (runtime, torchrun, runtime, torchrun, ...); the median, IQR and 
 per-run figures are printed with the ratio of medians (runtime / torchrun), and the load average
 and CPU count as the OS reports them before and after.
 
+``--async-upload`` adds a third arm, ``runtime-async``: the same runtime loop, rank 0 handing
+its checkpoint to ``ray.train.report(..., checkpoint_upload_mode=CheckpointUploadMode.ASYNC)``
+(Ray Train persists it from a background thread while the next epoch trains, and registers it
+once it is persisted), alternating runtime, runtime-async, torchrun; its ratio of medians is
+printed against the runtime's synchronous upload and against torchrun.
+
     python benchmarks/runtime_vs_torchrun.py [--runs 5] [--epochs 8] [--samples 8192]
+                                             [--async-upload]
 """
 
 from __future__ import annotations
@@ -53,7 +60,8 @@ HERE = Path(__file__).resolve()
 
 RUNTIME_CKPT = re.compile(r"^checkpoint (\d+)\s")
 RUNTIME_REPORT = re.compile(r"^report \d+\s.*\bepoch=(\d+)\s.*\bepoch_seconds=([0-9.e-]+)")
-TORCHRUN_EPOCH = re.compile(r"^EPOCH (\d+) ([0-9.e-]+)$")
+# Rank 0: epoch, inner-loop seconds, wall-clock time (the real-pod benchmark reads the last).
+TORCHRUN_EPOCH = re.compile(r"^EPOCH (\d+) ([0-9.e-]+) [0-9.]+$")
 
 
 def build(samples: int, seed: int = 0) -> tuple[Any, Any]:
@@ -100,12 +108,22 @@ def ray_loop(config: dict[str, Any]) -> None:
     loader = prepare_data_loader(DataLoader(data, batch_size=128, shuffle=True))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     ctx = ray.train.get_context()
+    upload_async = config.get("upload") == "async"
     for epoch in range(int(config["epochs"])):
         if ctx.get_world_size() > 1:
             loader.sampler.set_epoch(epoch)
         seconds = one_epoch(model, loader, optimizer)
         metrics = {"epoch": epoch, "epoch_seconds": round(seconds, 4)}
-        if ctx.get_world_rank() == 0:
+        if ctx.get_world_rank() == 0 and upload_async:
+            # Ray Train deletes the directory once it has persisted it (after this returns).
+            tmp = tempfile.mkdtemp(prefix="ckpt-")
+            torch.save(checkpoint_state(model, optimizer, epoch), Path(tmp) / "model.pt")
+            ray.train.report(
+                metrics,
+                checkpoint=Checkpoint.from_directory(tmp),
+                checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
+            )
+        elif ctx.get_world_rank() == 0:
             with tempfile.TemporaryDirectory() as tmp:
                 torch.save(checkpoint_state(model, optimizer, epoch), Path(tmp) / "model.pt")
                 ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
@@ -136,7 +154,7 @@ def torchrun_worker(epochs: int, samples: int, ckpt_dir: str) -> None:
             torch.save(checkpoint_state(model, optimizer, epoch), out / "model.pt")
         dist.barrier()
         if rank == 0:
-            print(f"EPOCH {epoch} {seconds:.4f}", flush=True)
+            print(f"EPOCH {epoch} {seconds:.4f} {time.time():.3f}", flush=True)
     dist.destroy_process_group()
 
 
@@ -201,25 +219,30 @@ def parse_torchrun(run: Run, line: str, t: float) -> None:
         run.loop_seconds[int(m.group(1))] = float(m.group(2))
 
 
-def run_runtime(epochs: int, samples: int, work: Path, index: int) -> Run:
+def run_runtime(epochs: int, samples: int, work: Path, index: int, upload: str = "sync") -> Run:
     from _contract import local_contract_doc
 
-    store = work / f"runtime-store-{index}"
+    arm = "runtime" if upload == "sync" else f"runtime-{upload}"
+    store = work / f"{arm}-store-{index}"
     store.mkdir()
     doc = local_contract_doc(
         f"{HERE.relative_to(REPO)}:ray_loop",
-        {"epochs": epochs, "samples": samples},
+        {"epochs": epochs, "samples": samples, "upload": upload},
         str(store),
         timeout_seconds=600,
         report=False,
     )
-    contract = work / f"contract-{index}.json"
+    contract = work / f"contract-{arm}-{index}.json"
     contract.write_text(json.dumps(doc))
     cmd = [sys.executable, "-m", "trainer_runtime", "--contract", str(contract), "--local"]
     try:
-        return timed("runtime", cmd, epochs, parse_runtime)
+        return timed(arm, cmd, epochs, parse_runtime)
     finally:
         shutil.rmtree(store, ignore_errors=True)
+
+
+def run_runtime_async(epochs: int, samples: int, work: Path, index: int) -> Run:
+    return run_runtime(epochs, samples, work, index, upload="async")
 
 
 def run_torchrun(epochs: int, samples: int, work: Path, index: int) -> Run:
@@ -238,6 +261,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="runs per arm, alternating (default 5)")
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--samples", type=int, default=8192)
+    ap.add_argument(
+        "--async-upload",
+        action="store_true",
+        help="a third arm: the runtime with Ray Train's asynchronous checkpoint upload",
+    )
     ap.add_argument("--torchrun-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--checkpoint-dir", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -254,24 +282,30 @@ def main() -> None:
         f"workload: MLP 512-1024-1024-10, {args.samples} samples, batch 128, 2 workers (gloo, "
         f"1 thread each), {args.epochs} epochs, a torch.save checkpoint every epoch; "
         f"{args.runs} runs per arm, alternating"
+        + (" (runtime, runtime-async, torchrun)" if args.async_upload else "")
     )
-    print(f"{'run':>3} {'arm':8} {'load1':>5} {'end-to-end s':>12} {'s/epoch driver':>14} "
+    arms = (
+        [run_runtime, run_runtime_async, run_torchrun]
+        if args.async_upload
+        else [run_runtime, run_torchrun]
+    )
+    print(f"{'run':>3} {'arm':14} {'load1':>5} {'end-to-end s':>12} {'s/epoch driver':>14} "
           f"{'s/epoch loop':>12}")  # fmt: skip
     runs: list[Run] = []
     work = Path(tempfile.mkdtemp(prefix="bench-rt-"))
     try:
         for i in range(args.runs):
-            for measure in (run_runtime, run_torchrun):
+            for measure in arms:
                 r = measure(args.epochs, args.samples, work, i)
                 runs.append(r)
-                print(f"{i + 1:>3} {r.arm:8} {r.load_before:5.2f} {r.end_to_end:12.2f} "
+                print(f"{i + 1:>3} {r.arm:14} {r.load_before:5.2f} {r.end_to_end:12.2f} "
                       f"{r.driver_period():14.3f} {r.loop_median():12.3f}", flush=True)  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"load average at the end (1/5/15 min): {load_avg()}")
     figures: dict[str, dict[str, list[float]]] = {}
-    for arm in ("runtime", "torchrun"):
+    for arm in dict.fromkeys(r.arm for r in runs):
         mine = [r for r in runs if r.arm == arm]
         figures[arm] = {
             "end-to-end s": [r.end_to_end for r in mine],
@@ -279,17 +313,23 @@ def main() -> None:
             "s/epoch loop": [r.loop_median() for r in mine],
         }
         for name, values in figures[arm].items():
-            print(f"{arm:8} {name:15} {summary(values)}")
-    ratios = {
-        name: statistics.median(figures["runtime"][name])
-        / statistics.median(figures["torchrun"][name])
-        for name in figures["runtime"]
-    }
-    print(
-        f"RESULT runtime_vs_torchrun: ratio of medians (runtime / torchrun), {args.runs} runs "
-        f"each: epoch-to-epoch at the driver {ratios['s/epoch driver']:.3f}, end to end "
-        f"{ratios['end-to-end s']:.3f}, inner loop {ratios['s/epoch loop']:.3f}"
-    )
+            print(f"{arm:14} {name:15} {summary(values)}")
+
+    def ratios(top: str, bottom: str) -> str:
+        r = {
+            name: statistics.median(figures[top][name]) / statistics.median(figures[bottom][name])
+            for name in figures[top]
+        }
+        return (
+            f"ratio of medians ({top} / {bottom}), {args.runs} runs each: epoch-to-epoch at the "
+            f"driver {r['s/epoch driver']:.3f}, end to end {r['end-to-end s']:.3f}, inner loop "
+            f"{r['s/epoch loop']:.3f}"
+        )
+
+    print(f"RESULT runtime_vs_torchrun: {ratios('runtime', 'torchrun')}")
+    if args.async_upload:
+        print(f"RESULT runtime_vs_torchrun: {ratios('runtime-async', 'runtime')}")
+        print(f"RESULT runtime_vs_torchrun: {ratios('runtime-async', 'torchrun')}")
 
 
 if __name__ == "__main__":

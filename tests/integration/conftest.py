@@ -243,6 +243,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "(the head pod deleted, a suspend and resume; about 6 minutes each): make test-faults "
         "runs them, make test leaves them out to stay within CI's time",
     )
+    config.addinivalue_line(
+        "markers",
+        "realpods_bench: the runtime against torchrun on real pods, a benchmark "
+        "(benchmarks/realpod_runtime_vs_torchrun.py runs it; make test leaves it out)",
+    )
     config.stash[_SESSION_KEY] = _ClusterSession(config)
 
 
