@@ -63,22 +63,23 @@ def test_a_raising_loop_leaves_each_workers_error_on_s3(s3_env: Any, make_doc: A
 
     base = f"{prefix}/{doc['runName']}/attempt-0/"
     keys = sorted(k.removeprefix(base) for k in s3_env.keys(base))
-    assert keys == [
-        "driver.log",
-        "metrics.jsonl",
-        "worker-0.error.txt",
-        "worker-1.error.txt",
-    ], keys
+    # Both ranks raise at once; Ray Train's controller reports the failures its poll has seen,
+    # both or only the first (seen in CI: worker 1 alone). Each one reported is stored.
+    errors = [k for k in keys if k.endswith(".error.txt")]
+    assert keys[:2] == ["driver.log", "metrics.jsonl"], keys
+    assert errors and set(errors) <= {"worker-0.error.txt", "worker-1.error.txt"}, keys
 
     def body(name: str) -> str:
         obj = s3_env.client().get_object(Bucket=s3_env.bucket, Key=base + name)
         return str(obj["Body"].read().decode())
 
-    error = body("worker-1.error.txt")
-    assert "exception: builtins.ValueError" in error
-    assert "message: label tensor has shape (3, 7), expected (64,)" in error
-    assert 'loops.py", line' in error and "raise ValueError" in error
-    assert "training failed: worker 0: ValueError" in body("driver.log")
+    for name in errors:
+        error = body(name)
+        assert "exception: builtins.ValueError" in error
+        assert "message: label tensor has shape (3, 7), expected (64,)" in error
+        assert 'loops.py", line' in error and "raise ValueError" in error
+    first = errors[0].removesuffix(".error.txt").removeprefix("worker-")
+    assert f"training failed: worker {first}: ValueError" in body("driver.log")
     metrics = [json.loads(line) for line in body("metrics.jsonl").splitlines()]
     assert [(r["epoch"], r["metrics"]["loss"], r["checkpoint"]) for r in metrics] == [
         (0, 1.0, None)
