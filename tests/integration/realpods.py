@@ -285,6 +285,24 @@ def trainjob_on_real_node(
     return docs
 
 
+def shared_volume(name: str, path: Path, namespace: str, claim: str) -> dict[str, Any]:
+    """A ReadWriteMany PersistentVolume on a directory of the real node, reserved for one claim
+    (every pod runs on that node, so they share the directory as they would an NFS export)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "5Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "hostPath": {"path": str(path), "type": "Directory"},
+            "claimRef": {"namespace": namespace, "name": claim},
+        },
+    }
+
+
 def pods_of(cluster: KubeCluster, namespace: str, selector: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = cluster.get_json("pods", "-n", namespace, "-l", selector)["items"]
     return items

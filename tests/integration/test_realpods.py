@@ -43,6 +43,7 @@ from realpods import (
     import_images,
     install_chart,
     pods_of,
+    shared_volume,
     start_minio,
     trainjob_on_real_node,
     wait_condition,
@@ -487,21 +488,7 @@ def test_a_shared_volume_holds_every_pods_checkpoints(
     share = tmp_path_factory.mktemp("rwx")
     share.chmod(0o777)  # the pods run as uid 1000 (builders/pods.py)
     pv_name = f"{namespace}-share"
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": pv_name},
-            "spec": {
-                "capacity": {"storage": "5Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "hostPath": {"path": str(share), "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": "digits-checkpoints"},
-            },
-        }
-    )
+    cluster.apply(shared_volume(pv_name, share, namespace, "digits-checkpoints"))
     try:
         for doc in trainjob_on_real_node(DIGITS_PVC, epochs=3):
             if doc["kind"] == "PersistentVolumeClaim":

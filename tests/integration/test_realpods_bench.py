@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 from _wait import wait_for
 from conftest import REPO
-from realpods import ON_REAL_NODE, condition, pods_of, trainjob_on_real_node
+from realpods import ON_REAL_NODE, condition, pods_of, shared_volume, trainjob_on_real_node
 from test_realpods import DIGITS_PVC, RealWorld, real_world  # noqa: F401 (the fixture)
 
 RECORD = os.environ.get("RAYTRAIN_BENCH_RECORD", "")
@@ -161,21 +161,7 @@ def test_runtime_against_torchrun_on_real_pods(
     share.chmod(0o777)  # the pods run as uid 1000
     claim = "digits-checkpoints"  # examples/digits-pvc.yaml's claim
     pv_name = claim  # _runtime_job binds the claim to the volume of its own name
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": pv_name},
-            "spec": {
-                "capacity": {"storage": "5Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "hostPath": {"path": str(share), "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": claim},
-            },
-        }
-    )
+    cluster.apply(shared_volume(pv_name, share, namespace, claim))
     cluster.apply(
         {
             "apiVersion": "v1",
