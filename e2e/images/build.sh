@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build the operator and trainer-runtime images from the Dockerfile without a Docker daemon
-# (buildah), check each one by running it, and save them as docker-archive tarballs that
-# containerd imports (e2e/images/import.sh).
+# Build the operator, trainer-runtime and trainer-runtime-frameworks images from the Dockerfile
+# without a Docker daemon (buildah), check each one by running it, and save them as
+# docker-archive tarballs that containerd imports (e2e/images/import.sh).
 #
 #   e2e/images/build.sh [--check]
 #
@@ -10,13 +10,16 @@
 # ${RAYTRAIN_CACHE:-~/.cache/raytrain}:
 #   1. base image from Debian packages (e2e/images/base.sh), keyed on its package list;
 #   2. wheelhouse wheels/: one wheel per pin of constraints.txt, downloaded once (torch's CUDA
-#      build is several GB), mounted read-only into the build so pip never reaches the index;
+#      build is several GB), and the packages examples/requirements-frameworks.txt adds on top
+#      of them (resolved against constraints.txt), mounted read-only into the build so pip
+#      never reaches the index;
 #   3. images/<target>-<key>.tar, where <key> hashes every build input (the files .dockerignore
 #      lets in, the Dockerfile, the base image, these scripts). A warm run only hashes.
 # --check reports whether the archives are current (exit 1 if a build is due) and builds
 # nothing. The last two lines of output are machine-readable:
 #   OPERATOR_ARCHIVE=<path> OPERATOR_IMAGE=<ref>
 #   RUNTIME_ARCHIVE=<path> RUNTIME_IMAGE=<ref>
+#   FRAMEWORKS_ARCHIVE=<path> FRAMEWORKS_IMAGE=<ref>
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,7 +33,7 @@ CHECK_ONLY=0
 for arg in "$@"; do
   case "$arg" in
     --check) CHECK_ONLY=1 ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument '$arg' (accepted: --check)" >&2; exit 2 ;;
   esac
 done
@@ -53,6 +56,7 @@ fi
 version="$("$PYTHON" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$ROOT/pyproject.toml")"
 OPERATOR_IMAGE="docker.io/raytrain/operator:${IMAGE_TAG:-$version}"
 RUNTIME_IMAGE="docker.io/raytrain/trainer-runtime:${IMAGE_TAG:-$version}"
+FRAMEWORKS_IMAGE="docker.io/raytrain/trainer-runtime-frameworks:${IMAGE_TAG:-$version}"
 
 # Every file that goes into the build context, per the allow-list in .dockerignore.
 context_files() {
@@ -69,20 +73,22 @@ input_key() {
   {
     (cd "$ROOT" && { echo Dockerfile; echo .dockerignore; context_files; } | xargs -d '\n' sha256sum)
     (cd "$HERE" && sha256sum build.sh base.sh check.sh deps_hash.py)
-    echo "$OPERATOR_IMAGE $RUNTIME_IMAGE"
+    echo "$OPERATOR_IMAGE $RUNTIME_IMAGE $FRAMEWORKS_IMAGE"
   } | sha256sum | cut -c1-16
 }
 
 key="$(input_key)"
 operator_tar="$IMAGES/operator-$key.tar"
 runtime_tar="$IMAGES/trainer-runtime-$key.tar"
+frameworks_tar="$IMAGES/trainer-runtime-frameworks-$key.tar"
 
 print_result() {
   echo "OPERATOR_ARCHIVE=$operator_tar OPERATOR_IMAGE=$OPERATOR_IMAGE"
   echo "RUNTIME_ARCHIVE=$runtime_tar RUNTIME_IMAGE=$RUNTIME_IMAGE"
+  echo "FRAMEWORKS_ARCHIVE=$frameworks_tar FRAMEWORKS_IMAGE=$FRAMEWORKS_IMAGE"
 }
 
-current() { [ -f "$operator_tar" ] && [ -f "$runtime_tar" ]; }
+current() { [ -f "$operator_tar" ] && [ -f "$runtime_tar" ] && [ -f "$frameworks_tar" ]; }
 if ! current && [ "$CHECK_ONLY" = 1 ]; then
   log "a build is due: no archives for input key $key"
   exit 1
@@ -143,6 +149,38 @@ if [ -s "$missing" ]; then
     --wheel-dir "$WHEELS" -r "$missing" >&2
 fi
 
+# The framework packages of the Transformers and Lightning examples are not in constraints.txt
+# (pyproject.toml keeps them out, see docs/images.md): resolve them against its pins once per
+# version of both files, from metadata only (--dry-run), and fetch the wheels the wheelhouse
+# lacks. The build's pip then finds all of them in /wheels.
+frameworks_stamp="$WHEELS/.frameworks-$(cat "$ROOT/examples/requirements-frameworks.txt" \
+  "$ROOT/constraints.txt" | sha256sum | cut -c1-16)"
+if [ ! -f "$frameworks_stamp" ]; then
+  log "wheelhouse: resolving examples/requirements-frameworks.txt against constraints.txt"
+  report="$(mktemp)"
+  env -u PIP_FIND_LINKS -u PIP_CONSTRAINT "$PYTHON" -m pip install --quiet --dry-run \
+    --ignore-installed --report "$report" -r "$ROOT/examples/requirements-frameworks.txt" \
+    -c "$ROOT/constraints.txt" >&2
+  "$PYTHON" - "$report" "$WHEELS" >"$missing" <<'PY'
+import json, os, re, sys
+canon = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+have = {
+    (canon(w.split("-")[0]), w.split("-")[1]) for w in os.listdir(sys.argv[2]) if w.endswith(".whl")
+}
+for item in json.load(open(sys.argv[1]))["install"]:
+    name, version = canon(item["metadata"]["name"]), item["metadata"]["version"]
+    if (name, version) not in have:
+        print(f"{name}=={version}")
+PY
+  rm -f "$report"
+  if [ -s "$missing" ]; then
+    log "wheelhouse: fetching $(wc -l <"$missing") framework wheels into $WHEELS"
+    env -u PIP_FIND_LINKS -u PIP_CONSTRAINT nice -n 10 "$PYTHON" -m pip wheel --quiet --no-deps \
+      --wheel-dir "$WHEELS" -r "$missing" >&2
+  fi
+  touch "$frameworks_stamp"
+fi
+
 # --------------------------------------------------------------------- 3. images
 # Disk: the runtime's dependency layer is ~6.4 GB, and while buildah commits it, the
 # container, a temporary diff and the new layer each hold a copy (~20 GB at the peak; see
@@ -154,7 +192,8 @@ mkdir -p "$tmp_root"
 trap 'rm -f "$missing"; rm -rf "$tmp_root"' EXIT
 export TMPDIR="$tmp_root"
 find "$IMAGES" -maxdepth 1 \( -name 'operator-*.tar*' -o -name 'trainer-runtime-*.tar*' \) \
-  ! -name "operator-$key.tar" ! -name "trainer-runtime-$key.tar" -delete
+  ! -name "operator-$key.tar" ! -name "trainer-runtime-$key.tar" \
+  ! -name "trainer-runtime-frameworks-$key.tar" -delete
 
 # Layers of earlier builds: the untagged images without children that carry base.sh's label
 # (every image built on our base inherits it). The cached layers of the current images are
@@ -184,6 +223,10 @@ build_target() { # target image archive
 
 build_target operator "$OPERATOR_IMAGE" "$operator_tar"
 build_target trainer-runtime "$RUNTIME_IMAGE" "$runtime_tar"
+# On top of the runtime image's layers (buildah's --layers cache): only the framework
+# packages' layer is new.
+build_target trainer-runtime-frameworks "$FRAMEWORKS_IMAGE" "$frameworks_tar"
 
-log "done: $(du -h "$operator_tar" | cut -f1) operator, $(du -h "$runtime_tar" | cut -f1) runtime"
+log "done: $(du -h "$operator_tar" | cut -f1) operator, $(du -h "$runtime_tar" | cut -f1)" \
+  "runtime, $(du -h "$frameworks_tar" | cut -f1) runtime with frameworks"
 print_result

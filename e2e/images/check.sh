@@ -5,6 +5,7 @@
 #
 #   e2e/images/check.sh operator IMAGE
 #   e2e/images/check.sh trainer-runtime IMAGE
+#   e2e/images/check.sh trainer-runtime-frameworks IMAGE
 #
 # IMAGE: a name in buildah's store, or docker-archive:PATH / oci-archive:PATH (loaded into the
 # store first; layers already there are reused).
@@ -13,7 +14,7 @@
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
-  echo "usage: $0 operator|trainer-runtime IMAGE" >&2
+  echo "usage: $0 operator|trainer-runtime|trainer-runtime-frameworks IMAGE" >&2
   exit 2
 fi
 target="$1" image="$2"
@@ -45,8 +46,19 @@ case "$target" in
       tini --version
       echo "trainer-runtime: imports, ray, wget and tini ok"'
     ;;
+  trainer-runtime-frameworks)
+    want_uid=1000
+    want_entrypoint='[/usr/bin/tini --]'
+    # The two examples' modules import their frameworks at the top; torch and Ray must still
+    # be the runtime image's pins.
+    script='set -e
+      python -c "import transformers, accelerate, lightning, torch, ray, examples.hf_transformers.train, examples.lightning_digits.train; print(\"transformers\", transformers.__version__, \"lightning\", lightning.__version__, \"torch\", torch.__version__, \"ray\", ray.__version__)"
+      python -m pip check
+      echo "trainer-runtime-frameworks: framework imports and pip check ok"'
+    ;;
   *)
-    echo "check.sh: unknown target '$target' (operator or trainer-runtime)" >&2
+    echo "check.sh: unknown target '$target' (operator, trainer-runtime or" \
+      "trainer-runtime-frameworks)" >&2
     exit 2
     ;;
 esac

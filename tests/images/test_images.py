@@ -5,10 +5,14 @@ the operator as uid 10001 answers `python -m raytrain_operator --help`; the runt
 1000 imports torch, Ray and trainer_runtime and has `ray`, `wget` and `tini`. The operator
 archive is then imported into a private containerd with e2e/images/import.sh.
 
+The runtime with the framework packages (target trainer-runtime-frameworks) imports Transformers,
+Accelerate, Lightning and both framework examples, and passes `pip check`.
+
 The archives come from `build.sh --check` (current for the tree as it is) or from
-RAYTRAIN_OPERATOR_ARCHIVE / RAYTRAIN_RUNTIME_ARCHIVE. Missing archives are built in a required
-run (tests/_required.py) or with RAYTRAIN_BUILD_IMAGES=1 (minutes cold, and it needs PyPI and the
-Debian mirror: `make prereqs` does it before the tests); otherwise these tests skip.
+RAYTRAIN_OPERATOR_ARCHIVE / RAYTRAIN_RUNTIME_ARCHIVE / RAYTRAIN_FRAMEWORKS_ARCHIVE. Missing
+archives are built in a required run (tests/_required.py) or with RAYTRAIN_BUILD_IMAGES=1 (minutes
+cold, and it needs PyPI and the Debian mirror: `make prereqs` does it before the tests);
+otherwise these tests skip.
 """
 
 from __future__ import annotations
@@ -35,9 +39,9 @@ CACHE = Path(os.environ.get("RAYTRAIN_CACHE", Path.home() / ".cache" / "raytrain
 
 
 def _parse(output: str) -> dict[str, str]:
-    """The KEY=VALUE words of build.sh's last two lines."""
+    """The KEY=VALUE words of build.sh's last three lines."""
     fields: dict[str, str] = {}
-    for line in output.strip().splitlines()[-2:]:
+    for line in output.strip().splitlines()[-3:]:
         for word in line.split():
             key, _, value = word.partition("=")
             fields[key] = value
@@ -46,7 +50,8 @@ def _parse(output: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def archives() -> dict[str, str]:
-    """Paths of the operator and runtime archives (and the image names they carry)."""
+    """Paths of the operator, runtime and frameworks archives (and the image names they
+    carry)."""
     if not shutil.which("buildah"):
         message = "buildah is not installed (apt-get install --no-install-recommends buildah)"
         if required():
@@ -55,6 +60,7 @@ def archives() -> dict[str, str]:
     given = {
         "OPERATOR_ARCHIVE": os.environ.get("RAYTRAIN_OPERATOR_ARCHIVE", ""),
         "RUNTIME_ARCHIVE": os.environ.get("RAYTRAIN_RUNTIME_ARCHIVE", ""),
+        "FRAMEWORKS_ARCHIVE": os.environ.get("RAYTRAIN_FRAMEWORKS_ARCHIVE", ""),
     }
     if all(given.values()):
         return given
@@ -116,6 +122,17 @@ def test_runtime_image_runs_as_1000_with_torch_ray_wget_tini(archives: dict[str,
     assert result.returncode == 0, result.stderr[-4000:]
     assert "trainer-runtime: imports, ray, wget and tini ok" in result.stdout
     assert "tini version" in result.stdout
+
+
+def test_frameworks_image_adds_transformers_and_lightning_to_the_runtime(
+    archives: dict[str, str],
+) -> None:
+    """The Dockerfile's trainer-runtime-frameworks target: the two framework examples import,
+    and pip finds no broken requirement with the runtime's pins."""
+    result = _check("trainer-runtime-frameworks", archives["FRAMEWORKS_ARCHIVE"])
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "trainer-runtime-frameworks: framework imports and pip check ok" in result.stdout
+    assert "torch 2." in result.stdout and "ray 2." in result.stdout, result.stdout
 
 
 def _containerd_dir() -> Path | None:

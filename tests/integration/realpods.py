@@ -43,16 +43,24 @@ class Images:
     operator_image: str
     runtime_archive: Path
     runtime_image: str
+    # The runtime with the framework packages (the Dockerfile's trainer-runtime-frameworks).
+    frameworks_archive: Path
+    frameworks_image: str
 
 
 def built_images() -> Images:
     """The archives `make prereqs` built (e2e/images/build.sh, cached by content).
 
     Only checked here: inside the cluster's network namespace nothing can be downloaded.
-    RAYTRAIN_OPERATOR_ARCHIVE and RAYTRAIN_RUNTIME_ARCHIVE name archives to use instead (built
-    from another tree, say, while iterating on the tests themselves).
+    RAYTRAIN_OPERATOR_ARCHIVE, RAYTRAIN_RUNTIME_ARCHIVE and RAYTRAIN_FRAMEWORKS_ARCHIVE name
+    archives to use instead (built from another tree, say, while iterating on the tests
+    themselves).
     """
-    given = os.environ.get("RAYTRAIN_OPERATOR_ARCHIVE"), os.environ.get("RAYTRAIN_RUNTIME_ARCHIVE")
+    given = (
+        os.environ.get("RAYTRAIN_OPERATOR_ARCHIVE"),
+        os.environ.get("RAYTRAIN_RUNTIME_ARCHIVE"),
+        os.environ.get("RAYTRAIN_FRAMEWORKS_ARCHIVE"),
+    )
     if all(given):
         version = subprocess.run(
             ["bash", str(REPO / "e2e" / "images" / "build.sh"), "--check"],
@@ -66,6 +74,10 @@ def built_images() -> Images:
             operator_image=refs.get("OPERATOR_IMAGE", "docker.io/raytrain/operator:0.1.0"),
             runtime_archive=Path(str(given[1])),
             runtime_image=refs.get("RUNTIME_IMAGE", "docker.io/raytrain/trainer-runtime:0.1.0"),
+            frameworks_archive=Path(str(given[2])),
+            frameworks_image=refs.get(
+                "FRAMEWORKS_IMAGE", "docker.io/raytrain/trainer-runtime-frameworks:0.1.0"
+            ),
         )
     proc = subprocess.run(
         ["bash", str(REPO / "e2e" / "images" / "build.sh"), "--check"],
@@ -84,6 +96,8 @@ def built_images() -> Images:
         operator_image=found["OPERATOR_IMAGE"],
         runtime_archive=Path(found["RUNTIME_ARCHIVE"]),
         runtime_image=found["RUNTIME_IMAGE"],
+        frameworks_archive=Path(found["FRAMEWORKS_ARCHIVE"]),
+        frameworks_image=found["FRAMEWORKS_IMAGE"],
     )
 
 
@@ -91,21 +105,27 @@ _IMPORTED: set[tuple[str, str]] = set()
 
 
 def import_images(images: Images) -> None:
-    """Import the archives into the real node's containerd, once per cluster and archive in a
-    session: each module of real-pod tests asks, and the runtime image takes minutes."""
-    cluster = os.environ.get("RAYTRAIN_CLUSTER", "")
+    """Import the operator and runtime archives into the real node's containerd (the
+    frameworks image only where a test asks for it: `import_archive`)."""
     for archive in (images.operator_archive, images.runtime_archive):
-        if (cluster, str(archive)) in _IMPORTED:
-            continue
-        proc = subprocess.run(
-            ["bash", str(CLUSTER_SH), "import-image", str(archive)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise AssertionError(f"importing {archive} failed:\n{proc.stderr[-3000:]}")
-        _IMPORTED.add((cluster, str(archive)))
+        import_archive(archive)
+
+
+def import_archive(archive: Path) -> None:
+    """Import an image archive into the real node's containerd, once per cluster and archive in
+    a session: each module of real-pod tests asks, and a runtime image takes minutes."""
+    cluster = os.environ.get("RAYTRAIN_CLUSTER", "")
+    if (cluster, str(archive)) in _IMPORTED:
+        return
+    proc = subprocess.run(
+        ["bash", str(CLUSTER_SH), "import-image", str(archive)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"importing {archive} failed:\n{proc.stderr[-3000:]}")
+    _IMPORTED.add((cluster, str(archive)))
 
 
 def helm_binary() -> str:

@@ -40,6 +40,7 @@ from realpods import (
     built_images,
     condition,
     expose_minio,
+    import_archive,
     import_images,
     install_chart,
     pods_of,
@@ -510,6 +511,71 @@ def test_a_shared_volume_holds_every_pods_checkpoints(
             p for p in on_node.parent.iterdir() if p.is_dir() and p.name.startswith("checkpoint_")
         ]
         assert len(kept) == 2, kept  # numToKeep: 2
+    finally:
+        cluster.kubectl("delete", "trainjob", "--all", "-n", namespace, "--wait=true", check=False)
+        cluster.kubectl("delete", "pv", pv_name, "--wait=false", check=False)
+
+
+# The two framework examples: each file, its claim, the metric its checkpoints are scored by.
+FRAMEWORK_EXAMPLES = {
+    "hf-transformers": ("hf-transformers-checkpoints", "eval_loss"),
+    "lightning-digits": ("lightning-digits-checkpoints", "val_accuracy"),
+}
+
+
+@pytest.mark.parametrize("example", sorted(FRAMEWORK_EXAMPLES))
+def test_a_framework_example_trains_in_the_frameworks_image(
+    real_world: RealWorld, namespace: str, tmp_path_factory: pytest.TempPathFactory, example: str
+) -> None:
+    """examples/hf-transformers.yaml and examples/lightning-digits.yaml as written, in the image
+    the Dockerfile's trainer-runtime-frameworks target builds: the Transformers Trainer (and
+    Lightning's Trainer) under Ray Train on a real head and two real workers, their reports and
+    checkpoints reaching the status, the checkpoints on the ReadWriteMany claim.
+
+    The claim binds to a hostPath PersistentVolume on the real node; three epochs instead of
+    the example's four or five, so that ``numToKeep: 2`` has one to remove.
+    """
+    cluster = real_world.cluster
+    import_archive(real_world.images.frameworks_archive)
+    claim, metric = FRAMEWORK_EXAMPLES[example]
+    share = tmp_path_factory.mktemp(example)
+    share.chmod(0o777)  # the pods run as uid 1000 (builders/pods.py)
+    pv_name = f"{namespace}-{example}"
+    cluster.apply(shared_volume(pv_name, share, namespace, claim))
+    try:
+        for doc in trainjob_on_real_node(REPO / "examples" / f"{example}.yaml", epochs=3):
+            if doc["kind"] == "PersistentVolumeClaim":
+                doc["spec"]["storageClassName"] = ""
+                doc["spec"]["volumeName"] = pv_name
+            else:
+                # The example's memory (the frameworks' imports need more than digits').
+                doc["spec"]["scaling"]["resourcesPerWorker"]["memory"] = "2Gi"
+            cluster.apply(doc, namespace=namespace)
+        running = wait_for(
+            lambda: _running_ray_pods(real_world, namespace, example),
+            timeout=START_TIMEOUT,
+            what="a Ray head and two workers Running",
+        )
+        # The example names raytrain/trainer-runtime-frameworks:<version>; containerd has it as
+        # docker.io/... from the archive, and nothing is pulled.
+        images = {c["image"] for p in running for c in p["spec"]["containers"]}
+        assert images == {real_world.images.frameworks_image.removeprefix("docker.io/")}, images
+        done = wait_condition(cluster, namespace, example, "Succeeded", TRAIN_TIMEOUT)
+        status = done["status"]
+        trainer = status["trainerStatus"]
+        assert trainer["epoch"] == 2 and trainer["progressPercentage"] == 100, trainer
+        assert _metric(done, metric) is not None, trainer.get("metrics")
+        latest = status["checkpoint"]["latestURI"]
+        assert latest.startswith("/mnt/raytrain/"), latest
+        on_node = share / latest.removeprefix("/mnt/raytrain/")
+        assert any(on_node.iterdir()), f"{on_node} is empty"
+        kept = [
+            p for p in on_node.parent.iterdir() if p.is_dir() and p.name.startswith("checkpoint_")
+        ]
+        assert len(kept) == 2, kept  # numToKeep: 2 of three
+        assert status["checkpoint"]["bestURI"] in {
+            f"/mnt/raytrain/{p.relative_to(share)}" for p in kept
+        }
     finally:
         cluster.kubectl("delete", "trainjob", "--all", "-n", namespace, "--wait=true", check=False)
         cluster.kubectl("delete", "pv", pv_name, "--wait=false", check=False)
