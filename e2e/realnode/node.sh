@@ -341,6 +341,11 @@ cmd_up() {
     ip addr add "$NODE_IP/32" dev "$NODE_BRIDGE"
     ip link set "$NODE_BRIDGE" up
   fi
+  # Host-network pods and the node's own processes reach Services the way a node with a
+  # default route does: the route lets the connection start, and kube-proxy's OUTPUT rules
+  # rewrite the Service address to an endpoint. Without it a host-network Ray worker could not
+  # reach MinIO's Service (connect failed before any rule saw the packet).
+  ip route replace "$SERVICE_CIDR" dev "$NODE_BRIDGE" src "$NODE_IP"
 
   start_proc containerd --config "$RN/containerd/config.toml"
   wait_until "$TIMEOUT" "containerd's socket" "$BIN_CONTAINERD/ctr" --address "$SOCK" version ||

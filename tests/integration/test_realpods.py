@@ -581,6 +581,46 @@ def test_a_framework_example_trains_in_the_frameworks_image(
         cluster.kubectl("delete", "pv", pv_name, "--wait=false", check=False)
 
 
+def test_a_worker_on_the_hosts_network_trains_behind_the_jobs_network_policy(
+    real_world: RealWorld, namespace: str
+) -> None:
+    """`workerTemplate.hostNetwork: true` (NCCL over the node's own interfaces): the worker pod
+    has the node's address, Ray listens on it (the kubelet's probes pass), the worker finds the
+    head's Service through the cluster's DNS and reaches the head through the job's
+    NetworkPolicy, and the job trains.
+
+    One worker: a second host-network Ray pod of the job on the same node would claim the same
+    host ports (KubeRay's metrics port), and the scheduler keeps it Pending; the status says
+    so (see the second half).
+    """
+    cluster = real_world.cluster
+    for doc in trainjob_on_real_node(DIGITS, name="hostnet", epochs=2):
+        if doc["kind"] == "TrainJob":
+            doc["spec"]["workerTemplate"]["hostNetwork"] = True
+            doc["spec"]["scaling"]["numWorkers"] = 1
+        cluster.apply(doc, namespace=namespace)
+    done = wait_condition(cluster, namespace, "hostnet", "Succeeded", START_TIMEOUT + TRAIN_TIMEOUT)
+    assert done["status"]["trainerStatus"]["epoch"] == 1
+    assert float(_metric(done, "accuracy") or 0) > 0.3
+
+    # Two host-network workers on the one node: the second cannot be placed, and the TrainJob
+    # says why instead of waiting in silence.
+    for doc in trainjob_on_real_node(DIGITS, name="hostnet2", epochs=2):
+        if doc["kind"] == "TrainJob":
+            doc["spec"]["workerTemplate"]["hostNetwork"] = True
+            cluster.apply(doc, namespace=namespace)
+
+    def unschedulable() -> str | None:
+        c = condition(_trainjob(real_world, namespace, "hostnet2"), "Reconciling")
+        if c and c.get("reason") == "Unschedulable":
+            return str(c.get("message"))
+        return None
+
+    message = wait_for(unschedulable, timeout=START_TIMEOUT, what="hostnet2 Unschedulable")
+    assert "free ports" in message and "spec.scaling.workersPerPod" in message, message
+    cluster.kubectl("delete", "trainjob", "hostnet2", "-n", namespace, "--wait=true", check=False)
+
+
 DIGITS_DATA = REPO / "examples" / "digits-data.yaml"
 
 

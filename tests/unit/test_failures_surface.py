@@ -172,6 +172,35 @@ def test_replica_failure_of_the_raycluster_reaches_reconciling() -> None:
     assert "FailedCreateWorkerPod" in reconciling["message"]
 
 
+def test_a_host_network_worker_refused_for_its_ports_gets_advice_in_reconciling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    words = "0/5 nodes are available: 1 node(s) didn't have free ports for the requested pod ports"
+    pods = [
+        {
+            "metadata": {"name": "digits-0-abc-worker-y"},
+            "spec": {"hostNetwork": True},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": words,
+                    }
+                ]
+            },
+        },
+    ]
+    monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: pods)
+    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
+    started = rfc3339(NOW - timedelta(seconds=30))
+    rj = rayjob(jobDeploymentStatus="Initializing", startTime=started)
+    problem = reconcile.cluster_problem(rj, {}, meta(), 0, NOW)
+    assert problem is not None and problem[0] == "Unschedulable"
+    assert words in problem[1] and "spec.scaling.workersPerPod" in problem[1], problem
+
+
 def test_unschedulable_pods_reach_reconciling_with_the_schedulers_message(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

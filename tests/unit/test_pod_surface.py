@@ -83,6 +83,37 @@ def test_pod_settings_pass_through() -> None:
     assert "hostNetwork" not in head(rj)["spec"]
 
 
+@pytest.mark.parametrize("role", ["head", "workerTemplate"])
+def test_a_host_network_ray_node_listens_on_its_pods_ip(role: str) -> None:
+    """On the node's network Ray would pick one of the node's addresses by itself, and the
+    kubelet's probes and the head's Service go to the pod's IP: `ray start` gets that IP."""
+    rj = build(**{role: {"hostNetwork": True}}, datasets=None)
+    cluster = rj["spec"]["rayClusterSpec"]
+    group = cluster["headGroupSpec"] if role == "head" else cluster["workerGroupSpecs"][0]
+    other = cluster["workerGroupSpecs"][0] if role == "head" else cluster["headGroupSpec"]
+    assert group["rayStartParams"]["node-ip-address"] == "$RAYTRAIN_POD_IP"
+    env = ray_container(group["template"])["env"]
+    assert {
+        "name": "RAYTRAIN_POD_IP",
+        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+    } in env
+    # The group on the pod network keeps Ray's own choice (the pod has one address).
+    assert "node-ip-address" not in other["rayStartParams"]
+    assert "RAYTRAIN_POD_IP" not in {e["name"] for e in ray_container(other["template"])["env"]}
+    if role == "head":
+        assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+
+
+def test_host_network_workers_with_datasets_keep_their_extra_cpu() -> None:
+    rj = build(
+        workerTemplate={"hostNetwork": True},
+        datasets={"train": {"uri": "s3://bucket/train.parquet"}},
+        scaling={"numWorkers": 2, "resourcesPerWorker": {"cpu": 2}},
+    )
+    params = rj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["rayStartParams"]
+    assert params == {"node-ip-address": "$RAYTRAIN_POD_IP", "num-cpus": "3"}
+
+
 def test_worker_template_resources_are_added_and_a_conflict_is_refused() -> None:
     rj = build(
         scaling={"numWorkers": 2, "resourcesPerWorker": {"cpu": 2}},

@@ -131,6 +131,25 @@ def test_unschedulable_pod_carries_the_schedulers_message() -> None:
     assert t.reason == "Unschedulable" and words in t.message and t.infrastructure
 
 
+@pytest.mark.parametrize("host_network", [True, False])
+def test_a_host_network_pod_refused_for_its_ports_is_told_one_pod_per_node(
+    host_network: bool,
+) -> None:
+    """The scheduler's words seen on a real node for a second host-network worker of one job."""
+    words = "0/5 nodes are available: 1 node(s) didn't have free ports for the requested pod ports"
+    pending = pod(
+        phase="Pending",
+        conditions=[
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": words}
+        ],
+    )
+    pending["spec"]["hostNetwork"] = host_network
+    t = classify_(pods=[pending])
+    assert t.reason == "Unschedulable" and words in t.message
+    assert ("spec.scaling.workersPerPod" in t.message) is host_network, t.message
+    assert ("lower spec.scaling" in t.message) is not host_network, t.message
+
+
 def test_a_quota_refusing_the_pods_is_unschedulable_and_says_quota() -> None:
     words = (
         'pods "digits-0-abc-worker-x" is forbidden: exceeded quota: gpu, requested: '

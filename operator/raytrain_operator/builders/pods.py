@@ -84,6 +84,8 @@ DRAIN_COMMAND = ["python", "-m", "trainer_runtime.drain"]
 ENV_DRAIN_SECONDS = "RAYTRAIN_DRAIN_SECONDS"
 #: A Ray pod's own name (the downward API), for its preStop hook.
 ENV_POD_NAME = "RAYTRAIN_POD_NAME"
+#: The pod's IP (the downward API), given to `ray start --node-ip-address` in host-network pods.
+ENV_POD_IP = "RAYTRAIN_POD_IP"
 
 #: KubeRay's name for the submitter container; it fills in the `ray job submit` command of a
 #: container of that name when the command is empty (rayjob_controller.go, K8sJobMode).
@@ -560,6 +562,11 @@ def apply_pod_surface(pod: dict[str, Any], overrides: PodOverrides) -> None:
         # Without it a host-network pod resolves names with the node's resolver, and the Ray
         # workers could no longer find the head's Service.
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"
+        # The node has several addresses; Ray must take the one that is the pod's IP (see
+        # builders/rayjob.py, host_network_start_params).
+        pod["containers"][0]["env"].append(
+            {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        )
     if overrides.resource_claims:
         pod["resourceClaims"] = copy.deepcopy(overrides.resource_claims)
 

@@ -18,7 +18,7 @@ import math
 import re
 from typing import Any
 
-from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_operator.api.v1alpha1 import PodOverrides, TrainJob
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.meta import (
     ANNOTATION_GENERATION,
@@ -30,6 +30,7 @@ from raytrain_operator.builders.meta import (
 )
 from raytrain_operator.builders.names import WORKER_GROUP, rayjob_name
 from raytrain_operator.builders.pods import (
+    ENV_POD_IP,
     build_pod_template,
     build_submitter_template,
     container_security_context,
@@ -151,6 +152,22 @@ def worker_replicas(trainjob: TrainJob) -> tuple[int, int, int]:
     return low, low, high
 
 
+def host_network_start_params(overrides: PodOverrides | None) -> dict[str, str]:
+    """rayStartParams of a group whose pods use the node's network.
+
+    A node has several addresses (its own, a CNI bridge's, ...), and `ray start` picks one of
+    them by itself: its GCS, agent and dashboard listen there, while the kubelet probes and the
+    head's Service route to the pod's IP, which for a host-network pod is the node's own. Seen
+    on a real node: Ray took the bridge's address, the agent's health port refused the
+    kubelet's probes and the worker never became ready. The pod's IP is the right one; the
+    container gets it from the downward API (builders/pods.py) and KubeRay's `ray start`
+    command line, run by bash, expands it.
+    """
+    if overrides is None or not overrides.host_network:
+        return {}
+    return {"node-ip-address": f"${ENV_POD_IP}"}
+
+
 def worker_start_params(trainjob: TrainJob) -> dict[str, str]:
     """rayStartParams of the worker group.
 
@@ -159,10 +176,11 @@ def worker_start_params(trainjob: TrainJob) -> dict[str, str]:
     tasks, which ask for a CPU each, would otherwise never be scheduled (the head runs with no
     CPU). The extra tasks share the pod's cores with training.
     """
+    params = host_network_start_params(trainjob.spec.worker_template)
     if not trainjob.spec.datasets:
-        return {}
+        return params
     cpu = quantities.parse(worker_resources(trainjob.spec)["requests"]["cpu"], "cpu")
-    return {"num-cpus": str(math.ceil(cpu) + 1)}
+    return {**params, "num-cpus": str(math.ceil(cpu) + 1)}
 
 
 def autoscaling_enabled(trainjob: TrainJob) -> bool:
@@ -204,7 +222,7 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
         "rayVersion": spec.ray_version,
         "enableInTreeAutoscaling": autoscaling_enabled(trainjob),
         "headGroupSpec": {
-            "rayStartParams": dict(HEAD_START_PARAMS),
+            "rayStartParams": {**HEAD_START_PARAMS, **host_network_start_params(spec.head)},
             "template": _with_identity(
                 build_pod_template(spec, meta, attempt, "head", spec.head),
                 metadata["name"],

@@ -218,9 +218,11 @@ def cluster_problem(
         cond = triage.unschedulable_condition(pod)
         if cond is not None:
             name = (pod.get("metadata") or {}).get("name")
+            message = str(cond.get("message") or "no message")
+            advice = triage.host_ports_advice(pod, message)
             return (
                 "Unschedulable",
-                f"pod {name} cannot be scheduled: {cond.get('message') or 'no message'}",
+                f"pod {name} cannot be scheduled: {message}" + (f"; {advice}" if advice else ""),
             )
     # An image that cannot be pulled, a container killed for memory, a node gone.
     found = triage.classify_pods(pods)

@@ -364,14 +364,33 @@ def _unschedulable(
         cond = unschedulable_condition(pod)
         if cond is not None:
             name = _name(pod)
+            message = str(cond.get("message") or "no message")
+            advice = host_ports_advice(pod, message) or (
+                "no node has the resources the pod requests: lower spec.scaling "
+                "(resourcesPerWorker, numWorkers) or add nodes"
+            )
             return Triage(
                 FailureClass.UNSCHEDULABLE,
-                f"pod {name} cannot be scheduled: {cond.get('message') or 'no message'}; "
-                "no node has the resources the pod requests: lower spec.scaling "
-                "(resourcesPerWorker, numWorkers) or add nodes",
+                f"pod {name} cannot be scheduled: {message}; {advice}",
                 pod=name,
             )
     return None
+
+
+def host_ports_advice(pod: Mapping[str, Any], message: str) -> str | None:
+    """What to do when a host-network Ray pod is refused for its ports, else None.
+
+    On the node's network a Ray pod's ports (KubeRay's metrics port 8080, and on the head GCS,
+    dashboard and client) are the node's: the scheduler places one such pod of the job per
+    node (seen on a real node: the second worker stayed Pending with "didn't have free ports").
+    """
+    if not (pod.get("spec") or {}).get("hostNetwork") or "free ports" not in message:
+        return None
+    return (
+        "with hostNetwork every Ray pod holds Ray's ports on its node, so one pod of the job "
+        "fits per node: put the workers in fewer pods (spec.scaling.workersPerPod), add "
+        "nodes, or remove hostNetwork from spec.workerTemplate / spec.head"
+    )
 
 
 def unschedulable_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
