@@ -621,6 +621,71 @@ def test_a_worker_on_the_hosts_network_trains_behind_the_jobs_network_policy(
     cluster.kubectl("delete", "trainjob", "hostnet2", "-n", namespace, "--wait=true", check=False)
 
 
+RESUMABLE = REPO / "examples" / "resumable.yaml"
+# Enough epochs (22 steps each per worker, a checkpoint every 5 steps and at each epoch's end)
+# that the delete lands mid-training.
+RESUMABLE_EPOCHS = 40
+
+
+def test_the_resumable_example_goes_on_at_its_saved_batch_after_a_worker_pod_is_deleted(
+    real_world: RealWorld, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """examples/resumable.yaml as written (its ReadWriteMany claim on a hostPath volume of the
+    real node), a checkpoint every 5 steps: a worker pod deleted mid-training, Ray Train restarts
+    the worker group, and the loop goes on at the position of the last checkpoint that reached
+    the driver (an epoch and a batch in it), not at an epoch's start or at the beginning.
+
+    The positions come from the attempt's metrics.jsonl on the volume: every report the driver
+    registered, in order, each with the position it was trained from (`start_epoch`,
+    `start_batch`) and the one it saved (`epoch`, `batch`).
+    """
+    cluster = real_world.cluster
+    share = tmp_path_factory.mktemp("resumable")
+    share.chmod(0o777)  # the pods run as uid 1000 (builders/pods.py)
+    pv_name = f"{namespace}-resumable"
+    cluster.apply(shared_volume(pv_name, share, namespace, "resumable-checkpoints"))
+    try:
+        for doc in trainjob_on_real_node(RESUMABLE, epochs=RESUMABLE_EPOCHS):
+            if doc["kind"] == "PersistentVolumeClaim":
+                doc["spec"]["storageClassName"] = ""
+                doc["spec"]["volumeName"] = pv_name
+            else:
+                doc["spec"]["config"]["checkpoint_every"] = 5
+                # One training worker on each worker pod, so the deleted pod holds one.
+                doc["spec"]["scaling"]["placementStrategy"] = "SPREAD"
+            cluster.apply(doc, namespace=namespace)
+        tj = _wait_checkpoint(real_world, namespace, "resumable", 3)
+        workers = [
+            p
+            for p in _ray_pods(real_world, namespace, tj["status"]["rayClusterName"])
+            if p["metadata"]["labels"].get("ray.io/node-type") == "worker"
+        ]
+        cluster.kubectl("delete", "pod", workers[0]["metadata"]["name"], "-n", namespace,
+                        "--wait=false")  # fmt: skip
+        done = wait_condition(cluster, namespace, "resumable", "Succeeded", TRAIN_TIMEOUT)
+        assert done["status"].get("restarts", 0) == 0  # the same cluster, the same attempt
+        assert done["status"]["trainerStatus"]["epoch"] == RESUMABLE_EPOCHS - 1
+
+        (log,) = share.glob("*/attempt-0/metrics.jsonl")
+        reports = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        reports = [r["metrics"] for r in reports if "metrics" in r]
+        starts = [(int(r["start_epoch"]), int(r["start_batch"])) for r in reports]
+        assert starts[0] == (0, 0), starts[:3]
+        restarts = [i for i in range(1, len(starts)) if starts[i] != starts[i - 1]]
+        assert restarts, "no report after a restart: the delete hit no training worker"
+        for i in restarts:
+            saved = reports[i - 1]
+            # Where the last registered checkpoint stood: the batch after it, in the same
+            # epoch, or the next epoch's start when it was the epoch's last.
+            assert starts[i] in {
+                (int(saved["epoch"]), int(saved["batch"])),
+                (int(saved["epoch"]) + 1, 0),
+            }, (starts[i], saved)
+    finally:
+        cluster.kubectl("delete", "trainjob", "--all", "-n", namespace, "--wait=true", check=False)
+        cluster.kubectl("delete", "pv", pv_name, "--wait=false", check=False)
+
+
 DIGITS_DATA = REPO / "examples" / "digits-data.yaml"
 
 
