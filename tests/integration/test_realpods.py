@@ -6,7 +6,9 @@ driver; checkpoints land in MinIO. Then faults a user meets: a worker pod delete
 the head pod deleted mid-training, and a suspend and resume; pods of another namespace and of
 the job's own trying the training cluster's head (its NetworkPolicy, then Ray's token). A
 shared ReadWriteMany volume holds the checkpoints of every pod, and a Tune search runs two
-trials.
+trials. examples/resumable.yaml goes on at its saved batch after a worker pod is deleted, a
+worker on the node's network trains, and the Transformers and Lightning examples run as written
+in the image with their packages.
 
 Needs the real node (marker `realnode`), so it runs only inside the network namespace that
 `make test` creates (e2e/netns/run.sh). The fault tests also carry the marker `realpods_faults`
