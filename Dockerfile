@@ -110,7 +110,7 @@ CMD ["python", "-m", "trainer_runtime"]
 # ----------------------------------------------------------------- trainer runtime + frameworks
 # The runtime with Hugging Face Transformers, Accelerate and Lightning for
 # examples/hf-transformers.yaml and examples/lightning-digits.yaml (and loops of your own that
-# use them). Not built by e2e/images/build.sh:
+# use them). e2e/images/build.sh builds it as the third image; with Docker:
 #   docker build --target trainer-runtime-frameworks -t raytrain/trainer-runtime-frameworks:0.1.0 .
 # The project's pins still hold, so torch, numpy and Ray stay those of the runtime image. As
 # above, a wheelhouse mounted at /wheels (holding these packages' wheels) replaces the index.
