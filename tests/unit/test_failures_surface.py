@@ -172,26 +172,22 @@ def test_replica_failure_of_the_raycluster_reaches_reconciling() -> None:
     assert "FailedCreateWorkerPod" in reconciling["message"]
 
 
+def _unschedulable_pod(name: str, words: str) -> dict[str, Any]:
+    """A pod the scheduler refused, with its words."""
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": words,
+    }
+    return {"metadata": {"name": name}, "status": {"conditions": [condition]}}
+
+
 def test_a_host_network_worker_refused_for_its_ports_gets_advice_in_reconciling(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     words = "0/5 nodes are available: 1 node(s) didn't have free ports for the requested pod ports"
-    pods = [
-        {
-            "metadata": {"name": "digits-0-abc-worker-y"},
-            "spec": {"hostNetwork": True},
-            "status": {
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": words,
-                    }
-                ]
-            },
-        },
-    ]
+    pods = [{**_unschedulable_pod("digits-0-abc-worker-y", words), "spec": {"hostNetwork": True}}]
     monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: pods)
     monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
     started = rfc3339(NOW - timedelta(seconds=30))
@@ -210,19 +206,7 @@ def test_unschedulable_pods_reach_reconciling_with_the_schedulers_message(
             "metadata": {"name": "digits-0-abc-head"},
             "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]},
         },
-        {
-            "metadata": {"name": "digits-0-abc-worker-x"},
-            "status": {
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": words,
-                    }
-                ]
-            },
-        },
+        _unschedulable_pod("digits-0-abc-worker-x", words),
     ]
     selectors: list[str] = []
 
