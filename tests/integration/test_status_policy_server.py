@@ -62,7 +62,7 @@ def helm() -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
-def policy_docs(helm: str, release: str) -> list[dict[str, Any]]:
+def policy_docs(helm: str, release: str, template: str = TEMPLATE) -> list[dict[str, Any]]:
     proc = subprocess.run(
         [
             helm,
@@ -72,7 +72,7 @@ def policy_docs(helm: str, release: str) -> list[dict[str, Any]]:
             "--namespace",
             "raytrain-system",
             "--show-only",
-            TEMPLATE,
+            template,
         ],
         capture_output=True,
         text=True,

@@ -104,6 +104,17 @@ def one(docs: list[dict[str, Any]], kind: str, hook: bool = False) -> dict[str, 
     return found[0]
 
 
+def policy(
+    docs: list[dict[str, Any]], which: str, kind: str = "ValidatingAdmissionPolicy"
+) -> dict[str, Any]:
+    """The chart's `<release>-runtime-<which>` admission policy (or its binding)."""
+    found = [
+        d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(f"-runtime-{which}")
+    ]
+    assert len(found) == 1, f"expected one {kind} runtime-{which}, got {len(found)}"
+    return found[0]
+
+
 def is_hook(doc: dict[str, Any]) -> bool:
     return "helm.sh/hook" in (doc["metadata"].get("annotations") or {})
 
@@ -159,7 +170,9 @@ def test_default_renders_the_expected_objects(default: list[dict[str, Any]]) -> 
         "Deployment",
         "Service",
         "ServiceAccount",
-        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicy",  # runtime scope
+        "ValidatingAdmissionPolicy",  # runtime status
+        "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicyBinding",
     ]
 
@@ -570,11 +583,11 @@ def test_runtime_status_policy_guards_every_operator_owned_field(
 ) -> None:
     """A status field added to the CRD is the operator's unless listed here: the policy must
     guard it, or a per-job account could write it."""
-    policy = one(default, "ValidatingAdmissionPolicy")
+    status_policy = policy(default, "status")
     crd = trainjob_crd(default)
     status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
     guarded = set()
-    for validation in policy["spec"]["validations"]:
+    for validation in status_policy["spec"]["validations"]:
         guarded.update(
             re.findall(r"may not change status\.(\w+) ", validation["messageExpression"])
         )
@@ -584,23 +597,45 @@ def test_runtime_status_policy_guards_every_operator_owned_field(
     assert set(status["properties"]) - RUNTIME_OWNED - guarded == set()
 
 
-def test_runtime_status_policy_spares_the_operator(default: list[dict[str, Any]]) -> None:
-    policy = one(default, "ValidatingAdmissionPolicy")
-    binding = one(default, "ValidatingAdmissionPolicyBinding")
+@pytest.mark.parametrize("which", ["status", "scope"])
+def test_runtime_policies_spare_the_operator(default: list[dict[str, Any]], which: str) -> None:
+    vap = policy(default, which)
+    binding = policy(default, which, "ValidatingAdmissionPolicyBinding")
     account = one(default, "ServiceAccount")["metadata"]
-    (condition,) = policy["spec"]["matchConditions"]
+    (condition,) = vap["spec"]["matchConditions"]
     operator = f"system:serviceaccount:{account['namespace']}:{account['name']}"
     assert f"request.userInfo.username != '{operator}'" in condition["expression"]
     assert binding["spec"] == {
-        "policyName": policy["metadata"]["name"],
+        "policyName": vap["metadata"]["name"],
         "validationActions": ["Deny"],
     }
-    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert vap["spec"]["failurePolicy"] == "Fail"
 
 
-def test_runtime_status_policy_can_be_turned_off(helm: str) -> None:
-    docs = render(helm, "--set", "runtimeStatusPolicy.enabled=false")
-    assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+def test_runtime_scope_policy_matches_only_tokens_of_the_jobs_ray_pods(
+    default: list[dict[str, Any]],
+) -> None:
+    """An account of someone else's that ends in `-runtime` keeps its pod rights: the policy
+    needs the token's pod to be one of the job's (`<job>-<attempt>-...`)."""
+    (condition,) = policy(default, "scope")["spec"]["matchConditions"]
+    assert (
+        "'authentication.kubernetes.io/pod-name' in request.userInfo.extra"
+        in (condition["expression"])
+    )
+    assert "'-[0-9]+-'" in condition["expression"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "left"),
+    [
+        ("runtimeStatusPolicy.enabled=false", "scope"),
+        ("runtimeScopePolicy.enabled=false", "status"),
+    ],
+)
+def test_each_runtime_policy_can_be_turned_off(helm: str, flag: str, left: str) -> None:
+    docs = render(helm, "--set", flag)
+    names = [d["metadata"]["name"] for d in docs if d["kind"].startswith("ValidatingAdmission")]
+    assert names and all(n.endswith(f"-runtime-{left}") for n in names), names
 
 
 def operator_env(docs: list[dict[str, Any]]) -> dict[str, str]:
@@ -634,7 +669,7 @@ def test_multi_tenant_profile_forbids_both_overrides(
     config = OperatorConfig()
     assert not config.allow_service_account_name
     assert not config.allow_env_from
-    assert one(docs, "ValidatingAdmissionPolicy")
+    assert policy(docs, "status") and policy(docs, "scope")
 
 
 # ------------------------------------------------------------------------------- peering
