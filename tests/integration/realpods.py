@@ -305,6 +305,16 @@ def trainjob_on_real_node(
     return docs
 
 
+def bind_claim(doc: dict[str, Any], volume: str) -> bool:
+    """Bind an example's PersistentVolumeClaim to the PersistentVolume `volume` (made by
+    `shared_volume`; the local cluster has no provisioner). False for any other object."""
+    if doc.get("kind") != "PersistentVolumeClaim":
+        return False
+    doc["spec"]["storageClassName"] = ""
+    doc["spec"]["volumeName"] = volume
+    return True
+
+
 def shared_volume(name: str, path: Path, namespace: str, claim: str) -> dict[str, Any]:
     """A ReadWriteMany PersistentVolume on a directory of the real node, reserved for one claim
     (every pod runs on that node, so they share the directory as they would an NFS export)."""

@@ -7,8 +7,9 @@ the head pod deleted mid-training, and a suspend and resume; pods of another nam
 the job's own trying the training cluster's head (its NetworkPolicy, then Ray's token). A
 shared ReadWriteMany volume holds the checkpoints of every pod, and a Tune search runs two
 trials. examples/resumable.yaml goes on at its saved batch after a worker pod is deleted, a
-worker on the node's network trains, and the Transformers and Lightning examples run as written
-in the image with their packages.
+worker on the node's network trains, Ray's autoscaler scales an elastic job through the chart's
+admission policy, and the Transformers and Lightning examples run as written in the image with
+their packages.
 
 Needs the real node (marker `realnode`), so it runs only inside the network namespace that
 `make test` creates (e2e/netns/run.sh). The fault tests also carry the marker `realpods_faults`
@@ -39,6 +40,7 @@ from realpods import (
     SYSTEM_NS,
     Images,
     Minio,
+    bind_claim,
     built_images,
     condition,
     expose_minio,
@@ -494,9 +496,7 @@ def test_a_shared_volume_holds_every_pods_checkpoints(
     cluster.apply(shared_volume(pv_name, share, namespace, "digits-checkpoints"))
     try:
         for doc in trainjob_on_real_node(DIGITS_PVC, epochs=3):
-            if doc["kind"] == "PersistentVolumeClaim":
-                doc["spec"]["storageClassName"] = ""
-                doc["spec"]["volumeName"] = pv_name
+            bind_claim(doc, pv_name)
             cluster.apply(doc, namespace=namespace)
         done = wait_condition(
             cluster, namespace, "digits-pvc", "Succeeded", START_TIMEOUT + TRAIN_TIMEOUT
@@ -546,10 +546,7 @@ def test_a_framework_example_trains_in_the_frameworks_image(
     cluster.apply(shared_volume(pv_name, share, namespace, claim))
     try:
         for doc in trainjob_on_real_node(REPO / "examples" / f"{example}.yaml", epochs=3):
-            if doc["kind"] == "PersistentVolumeClaim":
-                doc["spec"]["storageClassName"] = ""
-                doc["spec"]["volumeName"] = pv_name
-            else:
+            if not bind_claim(doc, pv_name):
                 # The example's memory (the frameworks' imports need more than digits').
                 doc["spec"]["scaling"]["resourcesPerWorker"]["memory"] = "2Gi"
             cluster.apply(doc, namespace=namespace)
@@ -623,6 +620,67 @@ def test_a_worker_on_the_hosts_network_trains_behind_the_jobs_network_policy(
     cluster.kubectl("delete", "trainjob", "hostnet2", "-n", namespace, "--wait=true", check=False)
 
 
+# Long enough that the second worker comes up while the job trains (the autoscaler acts within
+# seconds of Ray Train's resource request; Ray Train resizes after 60 s).
+ELASTIC_EPOCHS = 30
+
+
+def test_rays_autoscaler_scales_an_elastic_job_under_the_runtime_scope_policy(
+    real_world: RealWorld, namespace: str
+) -> None:
+    """`scaling.minWorkers: 1, maxWorkers: 2`: KubeRay starts one worker and Ray's autoscaler in
+    the head pod. Ray Train asks for two workers; the autoscaler scales the RayCluster with the
+    token of the job's per-job account, which the chart's runtime-scope admission policy (on by
+    default) admits for the job's own cluster alone. The second worker starts and the job
+    trains to Succeeded."""
+    cluster = real_world.cluster
+    policies = cluster.get_json("validatingadmissionpolicies")["items"]
+    assert [p for p in policies if p["metadata"]["name"].endswith("-runtime-scope")], [
+        p["metadata"]["name"] for p in policies
+    ]
+    for doc in trainjob_on_real_node(DIGITS, name="elastic", epochs=ELASTIC_EPOCHS):
+        if doc["kind"] == "TrainJob":
+            scaling = doc["spec"]["scaling"]
+            del scaling["numWorkers"]
+            scaling.update(minWorkers=1, maxWorkers=2)
+        cluster.apply(doc, namespace=namespace)
+
+    def raycluster() -> dict[str, Any] | None:
+        name = _trainjob(real_world, namespace, "elastic").get("status", {}).get("rayClusterName")
+        if not name:
+            return None
+        obj: dict[str, Any] = cluster.get_json("rayclusters.ray.io", "-n", namespace, name)
+        return obj
+
+    first = wait_for(raycluster, timeout=START_TIMEOUT, what="elastic's RayCluster")
+    group = first["spec"]["workerGroupSpecs"][0]
+    assert (group["minReplicas"], group["maxReplicas"]) == (1, 2), group
+    assert first["spec"]["enableInTreeAutoscaling"] is True
+
+    def scaled_up() -> dict[str, Any] | None:
+        obj = raycluster()
+        return obj if obj and obj["spec"]["workerGroupSpecs"][0]["replicas"] == 2 else None
+
+    wait_for(scaled_up, timeout=START_TIMEOUT, what="Ray's autoscaler to scale elastic to 2")
+
+    def two_workers() -> list[dict[str, Any]] | None:
+        pods = _running_ray_pods(real_world, namespace, "elastic") or []
+        workers = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
+        return workers if len(workers) == 2 else None
+
+    wait_for(two_workers, timeout=START_TIMEOUT, what="two elastic workers Running")
+    done = wait_condition(cluster, namespace, "elastic", "Succeeded", TRAIN_TIMEOUT)
+    assert done["status"]["trainerStatus"]["epoch"] == ELASTIC_EPOCHS - 1
+    head = cluster.get_json(
+        "pods", "-n", namespace, "-l", "raytrain.dev/trainjob=elastic,ray.io/node-type=head"
+    )["items"]
+    if head:
+        log = cluster.kubectl(
+            "logs", head[0]["metadata"]["name"], "-n", namespace, "-c", "autoscaler", check=False
+        ).stdout
+        assert "Forbidden" not in log, log[-3000:]
+
+
 RESUMABLE = REPO / "examples" / "resumable.yaml"
 # Enough epochs (22 steps each per worker, a checkpoint every 5 steps and at each epoch's end)
 # that the delete lands mid-training.
@@ -648,10 +706,7 @@ def test_the_resumable_example_goes_on_at_its_saved_batch_after_a_worker_pod_is_
     cluster.apply(shared_volume(pv_name, share, namespace, "resumable-checkpoints"))
     try:
         for doc in trainjob_on_real_node(RESUMABLE, epochs=RESUMABLE_EPOCHS):
-            if doc["kind"] == "PersistentVolumeClaim":
-                doc["spec"]["storageClassName"] = ""
-                doc["spec"]["volumeName"] = pv_name
-            else:
+            if not bind_claim(doc, pv_name):
                 doc["spec"]["config"]["checkpoint_every"] = 5
                 # One training worker on each worker pod, so the deleted pod holds one.
                 doc["spec"]["scaling"]["placementStrategy"] = "SPREAD"

@@ -38,7 +38,14 @@ from typing import Any
 import pytest
 from _wait import wait_for
 from conftest import REPO
-from realpods import ON_REAL_NODE, condition, pods_of, shared_volume, trainjob_on_real_node
+from realpods import (
+    ON_REAL_NODE,
+    bind_claim,
+    condition,
+    pods_of,
+    shared_volume,
+    trainjob_on_real_node,
+)
 from test_realpods import DIGITS_PVC, RealWorld, real_world  # noqa: F401 (the fixture)
 
 RECORD = os.environ.get("RAYTRAIN_BENCH_RECORD", "")
@@ -66,9 +73,7 @@ RUN_TIMEOUT = 1800
 def _runtime_job(name: str) -> list[dict[str, Any]]:
     docs = trainjob_on_real_node(DIGITS_PVC, name=name)
     for doc in docs:
-        if doc["kind"] == "PersistentVolumeClaim":
-            doc["spec"]["storageClassName"] = ""
-            doc["spec"]["volumeName"] = doc["metadata"]["name"]
+        if bind_claim(doc, doc["metadata"]["name"]):
             continue
         spec = doc["spec"]
         spec["entrypoint"] = "bench.runtime_vs_torchrun:ray_loop"
