@@ -4,8 +4,8 @@ Two elastic TrainJobs run under the operator; KubeRay binds its autoscaler Role 
 pod and RayCluster of the namespace) to each head pod's account, the job's `<job>-runtime`. The
 requests are sent with a real token of that account bound to the job's head pod (`kubectl
 create token --bound-object-kind Pod`), as the training code and Ray's autoscaler in that pod
-hold it. Without the policy the account may patch the other job's RayCluster and any pod; with
-it, it may only scale its own RayCluster, as the autoscaler does.
+hold it. RBAC lets the account patch the other job's RayCluster and any pod; with the policy it
+may only scale its own RayCluster, as the autoscaler does.
 """
 
 from __future__ import annotations
@@ -137,10 +137,11 @@ def test_an_elastic_jobs_account_may_only_scale_its_own_raycluster(
                  tmp_path / "a.kubeconfig")  # fmt: skip
 
     # What users saw: RBAC alone lets job a's code scale job b's cluster and change its pods.
-    before = scale(as_a, ns, cluster_b, 2)
-    assert before.returncode == 0, before.stderr
-    tampered = label_pod(as_a, ns, head_b["metadata"]["name"])
-    assert tampered.returncode == 0, tampered.stderr
+    # Asked of RBAC (a SelfSubjectAccessReview with the token), not sent: the chart installed by
+    # the real-pod tests may already enforce the policy in this cluster.
+    for resource in (f"rayclusters.ray.io/{cluster_b}", f"pods/{head_b['metadata']['name']}"):
+        allowed = as_a.kubectl("auth", "can-i", "patch", resource, "-n", ns)
+        assert allowed.stdout.strip() == "yes", (resource, allowed.stdout, allowed.stderr)
 
     for doc in scope_policy:
         kube_cluster.apply(doc)
