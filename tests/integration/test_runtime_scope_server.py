@@ -76,12 +76,16 @@ def running_cluster(cluster: KubeCluster, ns: str, job: str) -> tuple[str, dict[
     return wait_for(ready, T_KUBERAY, f"{job}'s RayCluster, head pod and KubeRay's RoleBinding")
 
 
-def token_of_pod(cluster: KubeCluster, ns: str, account: str, pod: dict[str, Any]) -> str:
-    return cluster.kubectl(
+def token_of_pod(
+    cluster: KubeCluster, ns: str, account: str, pod: dict[str, Any], path: Path
+) -> Token:
+    """kubectl with a token of `account` bound to `pod`, as the pod's containers hold it."""
+    token = cluster.kubectl(
         "create", "token", account, "-n", ns, "--duration=10m",
         "--bound-object-kind=Pod", f"--bound-object-name={pod['metadata']['name']}",
         f"--bound-object-uid={pod['metadata']['uid']}",
     ).stdout.strip()  # fmt: skip
+    return Token(cluster, token, path)
 
 
 def scale(
@@ -133,8 +137,7 @@ def test_an_elastic_jobs_account_may_only_scale_its_own_raycluster(
     assert {"kind": "ServiceAccount", "name": "scope-a-runtime", "namespace": ns} in [
         {k: s.get(k) for k in ("kind", "name", "namespace")} for s in role["subjects"]
     ], role["subjects"]
-    as_a = Token(kube_cluster, token_of_pod(kube_cluster, ns, "scope-a-runtime", head_a),
-                 tmp_path / "a.kubeconfig")  # fmt: skip
+    as_a = token_of_pod(kube_cluster, ns, "scope-a-runtime", head_a, tmp_path / "a.kubeconfig")
 
     # What users saw: RBAC alone lets job a's code scale job b's cluster and change its pods.
     # Asked of RBAC (a SelfSubjectAccessReview with the token), not sent: the chart installed by
@@ -225,17 +228,12 @@ def test_an_account_of_your_own_named_runtime_keeps_its_rights(
     for obj in (account, role, binding, pod):
         create(kube_cluster, ns, obj)
     created = kube_cluster.get_json("pods", "-n", ns, "tools-shell")
-    as_tools = Token(kube_cluster, token_of_pod(kube_cluster, ns, "tools-runtime", created),
-                     tmp_path / "tools.kubeconfig")  # fmt: skip
+    as_tools = token_of_pod(kube_cluster, ns, "tools-runtime", created, tmp_path / "tools")
     # A TrainJob's account from such a pod would be refused: wait until the policy is in force.
     job_pod = {**pod, "metadata": {"name": "tools-0-abcde-head-fghij"}}
     create(kube_cluster, ns, job_pod)
-    job_like = Token(
-        kube_cluster,
-        token_of_pod(kube_cluster, ns, "tools-runtime",
-                     kube_cluster.get_json("pods", "-n", ns, job_pod["metadata"]["name"])),
-        tmp_path / "job-like.kubeconfig",
-    )  # fmt: skip
+    job_like_pod = kube_cluster.get_json("pods", "-n", ns, job_pod["metadata"]["name"])
+    job_like = token_of_pod(kube_cluster, ns, "tools-runtime", job_like_pod, tmp_path / "job")
 
     def enforced() -> bool:
         proc = label_pod(job_like, ns, "tools-shell")
