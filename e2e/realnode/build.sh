@@ -3,11 +3,14 @@
 # outside the clone. Run it outside any network namespace: it downloads.
 #
 #   build.sh [--check] [COMPONENT...]
-#     COMPONENT: debs containerd kubelet coredns kube-router helm images (default: all)
+#     COMPONENT: debs containerd kubelet dra-driver coredns kube-router helm images (default: all)
 #
 #   debs        apt-get install the missing Debian packages (runc, CNI plugins, iptables, buildah...)
 #   containerd  containerd, ctr, containerd-shim-runc-v2 (go install)
 #   kubelet     kubelet, kube-proxy (the k8s/ wrapper module)
+#   dra-driver  dra-test-driver: Kubernetes' own DRA example driver (test/e2e/dra/test-driver,
+#               the k8s/ wrapper module), run as the node's kubelet plugin so pods can claim
+#               devices through resourceClaims
 #   coredns     coredns (go install)
 #   kube-router kube-router (go install), run with its NetworkPolicy firewall alone
 #   helm        helm (go install helm.sh/helm/v4/cmd/helm)
@@ -25,14 +28,14 @@ source "$HERE/versions.sh"
 export GOTOOLCHAIN=local CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 
-ALL=(debs containerd kubelet coredns kube-router helm images)
+ALL=(debs containerd kubelet dra-driver coredns kube-router helm images)
 CHECK_ONLY=0
 COMPONENTS=()
 for arg in "$@"; do
   case "$arg" in
     --check) CHECK_ONLY=1 ;;
-    -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
-    debs | containerd | kubelet | coredns | kube-router | helm | images) COMPONENTS+=("$arg") ;;
+    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+    debs | containerd | kubelet | dra-driver | coredns | kube-router | helm | images) COMPONENTS+=("$arg") ;;
     *) echo "realnode/build.sh: unknown argument '$arg' (components: ${ALL[*]})" >&2; exit 2 ;;
   esac
 done
@@ -45,12 +48,16 @@ CONTAINERD_PKG=github.com/containerd/containerd/v2
 # would need cgo. urfave_cli_no_docs drops the man-page generator.
 CONTAINERD_TAGS="urfave_cli_no_docs no_btrfs no_devmapper no_zfs"
 CONTAINERD_LDFLAGS="-s -w -X $CONTAINERD_PKG/version.Version=$CONTAINERD_VERSION -X $CONTAINERD_PKG/version.Package=$CONTAINERD_PKG"
+# Kubernetes' example DRA driver: a kubelet plugin that publishes a node's simulated devices
+# as a ResourceSlice and hands a claim's configuration to the container through CDI.
+DRA_DRIVER_PKG=k8s.io/kubernetes/test/e2e/dra/test-driver
 HELM_LDFLAGS="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
 
 binaries_of() {
   case "$1" in
     containerd) echo containerd ctr containerd-shim-runc-v2 ;;
     kubelet) echo kubelet kube-proxy ;;
+    dra-driver) echo dra-test-driver ;;
     coredns) echo coredns ;;
     kube-router) echo kube-router ;;
     helm) echo helm ;;
@@ -65,6 +72,7 @@ fingerprint() {
     case "$1" in
       containerd) echo "$CONTAINERD_VERSION $CONTAINERD_TAGS $CONTAINERD_LDFLAGS" ;;
       kubelet) cat "$HERE/k8s/go.mod" ;;
+      dra-driver) cat "$HERE/k8s/go.mod"; echo "$DRA_DRIVER_PKG" ;;
       coredns) echo "$COREDNS_VERSION" ;;
       kube-router) echo "$KUBE_ROUTER_VERSION" ;;
       helm) echo "$HELM_VERSION $HELM_LDFLAGS" ;;
@@ -133,6 +141,10 @@ go_build() {
       fi
       go build -trimpath -ldflags "$(k8s_ldflags "$NODE_K8S_VERSION")" -o "$out/" \
         k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+      ;;
+    dra-driver)
+      cd "$HERE/k8s"
+      go build -trimpath -ldflags "-s -w" -o "$out/dra-test-driver" "$DRA_DRIVER_PKG"
       ;;
     coredns)
       GOBIN="$out" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"

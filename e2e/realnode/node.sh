@@ -44,13 +44,16 @@ RN="${REALNODE_STATE:?REALNODE_STATE is not set (node.sh is run by cluster.sh)}"
 SOCK="$RN/containerd/containerd.sock"
 BIN_CONTAINERD="$(node_bindir containerd)"
 BIN_KUBELET="$(node_bindir kubelet)"
+BIN_DRA="$(node_bindir dra-driver)"
 BIN_COREDNS="$(node_bindir coredns)"
 BIN_KUBE_ROUTER="$(node_bindir kube-router)"
 IMAGES="$(node_bindir images)"
 export PATH="$BIN_CONTAINERD:$PATH" # containerd finds its shim on PATH
 TIMEOUT="${RAYTRAIN_UP_TIMEOUT:-180}"
-PROCS=(containerd kubelet kube-proxy kube-router coredns) # start order; stopped in reverse
+PROCS=(containerd kubelet dra-test-driver kube-proxy kube-router coredns) # start order; stopped in reverse
 KUBE_ROUTER_HEALTH_PORT=20244
+DRA_DRIVER=dra.realnode.raytrain.dev # the driver name DeviceClasses select on
+DRA_DEVICES=8
 
 START=$SECONDS
 log() { printf '[realnode +%ss] %s\n' "$((SECONDS - START))" "$*" >&2; }
@@ -76,6 +79,7 @@ binary_of() {
   case "$1" in
     containerd) echo "$BIN_CONTAINERD/containerd" ;;
     kubelet | kube-proxy) echo "$BIN_KUBELET/$1" ;;
+    dra-test-driver) echo "$BIN_DRA/dra-test-driver" ;;
     coredns) echo "$BIN_COREDNS/coredns" ;;
     kube-router) echo "$BIN_KUBE_ROUTER/kube-router" ;;
   esac
@@ -135,7 +139,7 @@ ensure_cgroups() {
 }
 
 write_configs() {
-  mkdir -p "$RN/containerd" "$RN/cni/net.d" "$RN/cni/ipam" "$RN/kubelet/pki" "$RN/logs"
+  mkdir -p "$RN/containerd" "$RN/cni/net.d" "$RN/cni/ipam" "$RN/kubelet/pki" "$RN/logs" "$RN/cdi"
   cat >"$RN/containerd/config.toml" <<EOF
 version = 3
 root = "$RN/containerd/root"
@@ -155,6 +159,10 @@ state = "$RN/containerd/state"
   restrict_oom_score_adj = true
   # Pod network namespaces under our state dir, not in the shared /run/netns.
   netns_mounts_under_state_dir = true
+  # CDI specs from the DRA driver (a claim's devices and environment), under our state dir
+  # rather than the host's /etc/cdi and /var/run/cdi.
+  enable_cdi = true
+  cdi_spec_dirs = ["$RN/cdi"]
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["$CNI_BIN_DIR"]
     conf_dir = "$RN/cni/net.d"
@@ -315,12 +323,20 @@ node_ready() {
 }
 
 coredns_ready() { curl -fsS -m 2 http://127.0.0.1:8181/ready; }
+# The wait ends early when the driver has exited (its log says why). Its pid, not proc_pid:
+# right after the start the pid may still be setsid's, before the exec.
+dra_ready_or_gone() { [ ! -e "/proc/$(cat "$RN/dra-test-driver.pid")" ] || dra_ready; }
+# The driver has published this node's devices.
+dra_ready() {
+  kc get resourceslices -o jsonpath='{range .items[*]}{.spec.nodeName} {.spec.driver}{"\n"}{end}' |
+    grep -Fx "$NODE_NAME $DRA_DRIVER"
+}
 kube_router_ready() { curl -fsS -m 2 "http://127.0.0.1:$KUBE_ROUTER_HEALTH_PORT/healthz"; }
 
 cmd_up() {
   local missing
   require_netns
-  if ! missing="$(bash "$HERE/build.sh" --check containerd kubelet coredns kube-router images 2>&1)"; then
+  if ! missing="$(bash "$HERE/build.sh" --check containerd kubelet dra-driver coredns kube-router images 2>&1)"; then
     die "the real node's binaries are not built (and this namespace cannot download):" \
       "run 'bash e2e/realnode/build.sh' outside the namespace first. $(echo "$missing" | grep needs | tr '\n' ' ')"
   fi
@@ -364,6 +380,23 @@ cmd_up() {
   log "node $NODE_NAME Ready (label $NODE_LABEL=true, taint $NODE_LABEL=true:NoSchedule)"
   # An earlier `down` cordoned it; a Node object can survive that when the API was unreachable.
   kc uncordon "$NODE_NAME" >/dev/null
+
+  # DRA: Kubernetes' example driver as the node's kubelet plugin. It registers with the
+  # kubelet through the kubelet's plugins_registry and publishes DRA_DEVICES simulated devices
+  # as a ResourceSlice of this node (a DeviceClass selects them by device.driver). When the
+  # kubelet prepares a claim, it writes a CDI spec that containerd applies to the containers
+  # given the claim: the claim's opaque configuration as environment variables
+  # (user_<key>=<value>, admin_<key>=<value> from the DeviceClass's).
+  # The driver creates the plugins directory but not its own socket directory in it.
+  mkdir -p "$RN/kubelet/plugins/$DRA_DRIVER" "$RN/kubelet/plugins_registry"
+  start_proc dra-test-driver --kubeconfig="$REALNODE_KUBECONFIG" --drivername="$DRA_DRIVER" \
+    kubelet-plugin --node-name="$NODE_NAME" --num-devices="$DRA_DEVICES" \
+    --plugin-registration-path="$RN/kubelet/plugins_registry" --datadir="$RN/kubelet/plugins" \
+    --cdi-dir="$RN/cdi"
+  wait_until "$TIMEOUT" "the DRA driver's ResourceSlice" dra_ready_or_gone && dra_ready || {
+    tail -n 20 "$RN/logs/dra-test-driver.log" >&2
+    die "the DRA driver published no ResourceSlice for $NODE_NAME within ${TIMEOUT}s (log: $RN/logs/dra-test-driver.log)"
+  }
 
   start_proc kube-proxy --config="$RN/kube-proxy.yaml" --v=1
   # NetworkPolicy: kube-router's firewall alone (iptables and ipsets); the bridge plugin still

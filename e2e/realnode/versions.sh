@@ -24,6 +24,7 @@ node_bindir() {
   case "$1" in
     containerd) echo "$REALNODE_CACHE/containerd-$CONTAINERD_VERSION" ;;
     kubelet) echo "$REALNODE_CACHE/kubelet-$NODE_K8S_VERSION" ;;
+    dra-driver) echo "$REALNODE_CACHE/dra-driver-$NODE_K8S_VERSION" ;;
     coredns) echo "$REALNODE_CACHE/coredns-$COREDNS_VERSION" ;;
     kube-router) echo "$REALNODE_CACHE/kube-router-$KUBE_ROUTER_VERSION" ;;
     helm) echo "$REALNODE_CACHE/helm-$HELM_VERSION" ;;

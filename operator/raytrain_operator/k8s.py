@@ -435,6 +435,29 @@ def secret_keys(namespace: str, name: str) -> set[str] | None:
     return {str(key) for key in (secret.get("data") or {})}
 
 
+#: DRA objects a pod's resourceClaims entry names: its field -> (kind, plural of resource.k8s.io/v1)
+DRA_REFERENCES = {
+    "resourceClaimTemplateName": ("ResourceClaimTemplate", "resourceclaimtemplates"),
+    "resourceClaimName": ("ResourceClaim", "resourceclaims"),
+}
+
+
+def dra_object_exists(namespace: str, plural: str, name: str) -> bool | None:
+    """Whether a ResourceClaim or ResourceClaimTemplate exists; None when the operator may not
+    read it (403: an install without the rule), so that the check is skipped, not failed."""
+    path = _path("resource.k8s.io", "v1", namespace, plural, name)
+    try:
+        request("GET", path)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        if exc.status == 403:
+            return None
+        metrics.API_ERRORS.labels(verb="get", resource=plural).inc()
+        raise
+    return True
+
+
 def list_pods(namespace: str, label_selector: str) -> list[dict[str, Any]] | None:
     """Pods matching a selector; None when the operator may not list pods (403)."""
     path = _path("", "v1", namespace, "pods")

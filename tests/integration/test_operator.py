@@ -652,6 +652,20 @@ PREFLIGHT = {
     "rwo-pvc": ("StorageNotShared", "ReadWriteMany"),
     "missing-secret": ("CredentialsNotFound", "spec.storage.s3.credentialsSecret.name"),
     "missing-key": ("CredentialsIncomplete", "AWS_SECRET_ACCESS_KEY"),
+    "missing-claim-template": (
+        "ResourceClaimNotFound",
+        "spec.workerTemplate.resourceClaims[0].resourceClaimTemplateName: "
+        "ResourceClaimTemplate 'nic' does not exist",
+    ),
+}
+#: A pod's DRA claim, one per worker pod (resource.k8s.io/v1).
+CLAIM_TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "nic"},
+    "spec": {
+        "spec": {"devices": {"requests": [{"name": "port", "exactly": {"deviceClassName": "nic"}}]}}
+    },
 }
 
 
@@ -665,6 +679,10 @@ def test_preflight_stalls_without_a_rayjob_until_fixed(
         if case == "rwo-pvc":
             create(kube_cluster, ns, pvc("ckpt", "ReadWriteOnce"))
         create(kube_cluster, ns, trainjob(name, storage={"pvc": {"claimName": "ckpt"}}))
+    elif case == "missing-claim-template":
+        create(kube_cluster, ns, secret(f"{name}-s3"))
+        claims = [{"name": "nic", "resourceClaimTemplateName": "nic"}]
+        create(kube_cluster, ns, trainjob(name, workerTemplate={"resourceClaims": claims}))
     else:
         if case == "missing-key":
             create(kube_cluster, ns, secret(f"{name}-s3", keys=("AWS_ACCESS_KEY_ID",)))
@@ -687,6 +705,8 @@ def test_preflight_stalls_without_a_rayjob_until_fixed(
     elif case == "missing-key":
         kube_cluster.kubectl("delete", "secret", f"{name}-s3", "-n", ns)
         create(kube_cluster, ns, secret(f"{name}-s3"))
+    elif case == "missing-claim-template":
+        create(kube_cluster, ns, CLAIM_TEMPLATE)
     else:
         create(kube_cluster, ns, secret(f"{name}-s3"))
     wait_for(
@@ -701,6 +721,12 @@ def test_preflight_stalls_without_a_rayjob_until_fixed(
         rj = get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") or {}
         vols = rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"]
         assert {"name": "raytrain-storage", "persistentVolumeClaim": {"claimName": "ckpt"}} in vols
+    if case == "missing-claim-template":
+        rj = get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") or {}
+        (group,) = rj["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+        assert group["template"]["spec"]["resourceClaims"] == [
+            {"name": "nic", "resourceClaimTemplateName": "nic"}
+        ]
 
 
 def attempt_pods(cluster: KubeCluster, ns: str, name: str, attempt: int) -> list[str]:

@@ -41,7 +41,8 @@ def _cache() -> Path:
 
 
 def _node_binaries() -> set[str]:
-    """Paths of the kubelet, containerd and kube-router binaries e2e/realnode/build.sh built."""
+    """Paths of the kubelet, containerd, kube-router and DRA driver binaries
+    e2e/realnode/build.sh built."""
     root = _cache() / "realnode"
     return {
         str(p)
@@ -49,6 +50,7 @@ def _node_binaries() -> set[str]:
             *root.glob("kubelet-*/kubelet"),
             *root.glob("containerd-*/containerd"),
             *root.glob("kube-router-*/kube-router"),
+            *root.glob("dra-driver-*/dra-test-driver"),
         )
     }
 
@@ -164,6 +166,73 @@ def test_pod_runs_on_the_real_node_and_its_logs_are_readable(
     # Logs go API server -> kubelet (client certificate) -> containerd: the whole real path.
     logs = real_node.kubectl("logs", "-n", namespace, "echo").stdout
     assert logs == f"real {word}\n"
+
+
+#: The node's DRA driver (e2e/realnode/node.sh), and how many devices it publishes.
+DRA_DRIVER = "dra.realnode.raytrain.dev"
+DRA_DEVICES = 8
+
+
+def test_a_pod_gets_the_device_it_claims_from_the_nodes_dra_driver(
+    real_node: KubeCluster, namespace: str
+) -> None:
+    """The node's DRA driver (Kubernetes' example driver) offers its devices in a ResourceSlice;
+    the scheduler allocates a pod's claim one of them, the kubelet has the driver prepare it,
+    and containerd applies the driver's CDI spec: the container's environment holds the
+    configuration of the DeviceClass and of the claim."""
+    slices = [
+        s
+        for s in real_node.get_json("resourceslices")["items"]
+        if s["spec"]["driver"] == DRA_DRIVER
+    ]
+    assert [s["spec"]["nodeName"] for s in slices] == [NODE], slices
+    assert len(slices[0]["spec"]["devices"]) == DRA_DEVICES
+
+    word = f"w{uuid.uuid4().hex[:8]}"
+    device_class = f"{namespace}-dev"
+    real_node.apply(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": device_class},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}],
+                "config": [{"opaque": {"driver": DRA_DRIVER, "parameters": {"origin": "node"}}}],
+            },
+        }
+    )
+    try:
+        real_node.apply(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "dev"},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {"name": "one", "exactly": {"deviceClassName": device_class}}
+                            ],
+                            "config": [
+                                {"opaque": {"driver": DRA_DRIVER, "parameters": {"word": word}}}
+                            ],
+                        }
+                    }
+                },
+            },
+            namespace,
+        )
+        pod = _pod("claims", ["env", "user_word", "admin_origin"])
+        pod["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimTemplateName": "dev"}]
+        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "dev"}]}
+        real_node.apply(pod, namespace)
+        _wait_phase(real_node, namespace, "claims", "Succeeded")
+        logs = real_node.kubectl("logs", "-n", namespace, "claims").stdout
+        # Only the driver's CDI spec for the allocated device sets these.
+        assert logs == f"user_word={word}\nadmin_origin=node\n", logs
+    finally:
+        real_node.kubectl("delete", "pod", "claims", "-n", namespace, "--wait=true", check=False)
+        real_node.kubectl("delete", "deviceclass", device_class, "--ignore-not-found", check=False)
 
 
 def _serve(cluster: KubeCluster, namespace: str, name: str) -> None:

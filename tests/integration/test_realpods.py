@@ -7,9 +7,10 @@ the head pod deleted mid-training, and a suspend and resume; pods of another nam
 the job's own trying the training cluster's head (its NetworkPolicy, then Ray's token). A
 shared ReadWriteMany volume holds the checkpoints of every pod, and a Tune search runs two
 trials. examples/resumable.yaml goes on at its saved batch after a worker pod is deleted, a
-worker on the node's network trains, Ray's autoscaler scales an elastic job through the chart's
-admission policy, and the Transformers and Lightning examples run as written in the image with
-their packages.
+worker on the node's network trains, each worker's container gets the device it claims through
+DRA (the node runs Kubernetes' example DRA driver), Ray's autoscaler scales an elastic job
+through the chart's admission policy, and the Transformers and Lightning examples run as
+written in the image with their packages.
 
 Needs the real node (marker `realnode`), so it runs only inside the network namespace that
 `make test` creates (e2e/netns/run.sh). The fault tests also carry the marker `realpods_faults`
@@ -618,6 +619,107 @@ def test_a_worker_on_the_hosts_network_trains_behind_the_jobs_network_policy(
     message = wait_for(unschedulable, timeout=START_TIMEOUT, what="hostnet2 Unschedulable")
     assert "free ports" in message and "spec.scaling.workersPerPod" in message, message
     cluster.kubectl("delete", "trainjob", "hostnet2", "-n", namespace, "--wait=true", check=False)
+
+
+#: The real node's DRA driver (e2e/realnode/node.sh): Kubernetes' example kubelet plugin.
+DRA_DRIVER = "dra.realnode.raytrain.dev"
+# Long enough that both workers are checked while the job still trains.
+DRA_EPOCHS = 40
+
+
+def test_a_device_claimed_through_dra_reaches_each_worker_container(
+    real_world: RealWorld, namespace: str
+) -> None:
+    """`workerTemplate.resourceClaims` naming a ResourceClaimTemplate (the shape of a NIC or a
+    GPU claimed through DRA): each worker pod gets a claim of its own, the scheduler allocates it
+    one of the real node's DRA devices, the kubelet has the driver prepare it, and containerd
+    applies the driver's CDI spec to the Ray container, which then holds the configuration the
+    DeviceClass and the claim carry. The head claims nothing. The job trains to Succeeded."""
+    cluster = real_world.cluster
+    device_class = f"{namespace}-nic"
+    cluster.apply(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": device_class},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}],
+                "config": [
+                    {"opaque": {"driver": DRA_DRIVER, "parameters": {"fabric": "realnode"}}}
+                ],
+            },
+        }
+    )
+    try:
+        cluster.apply(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "nic"},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {"name": "port", "exactly": {"deviceClassName": device_class}}
+                            ],
+                            "config": [
+                                {
+                                    "requests": ["port"],
+                                    "opaque": {
+                                        "driver": DRA_DRIVER,
+                                        "parameters": {"NCCL_IB_HCA": "mlx5_0"},
+                                    },
+                                }
+                            ],
+                        }
+                    }
+                },
+            },
+            namespace=namespace,
+        )
+        for doc in trainjob_on_real_node(DIGITS, name="dra", epochs=DRA_EPOCHS):
+            if doc["kind"] == "TrainJob":
+                doc["spec"]["workerTemplate"]["resourceClaims"] = [
+                    {"name": "nic", "resourceClaimTemplateName": "nic"}
+                ]
+            cluster.apply(doc, namespace=namespace)
+
+        pods = wait_for(
+            lambda: _running_ray_pods(real_world, namespace, "dra"),
+            timeout=START_TIMEOUT,
+            what="the dra job's head and two workers Running",
+        )
+        workers = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
+        head = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
+        assert len(workers) == 2 and len(head) == 1, [p["metadata"]["name"] for p in pods]
+        assert not head[0]["spec"].get("resourceClaims"), head[0]["spec"].get("resourceClaims")
+
+        claims = {
+            c["metadata"]["name"]: c
+            for c in cluster.get_json("resourceclaims", "-n", namespace)["items"]
+        }
+        devices = set()
+        for pod in workers:
+            name = pod["metadata"]["name"]
+            (status,) = pod["status"]["resourceClaimStatuses"]
+            assert status["name"] == "nic", status
+            claim = claims[status["resourceClaimName"]]
+            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            assert (result["driver"], result["pool"]) == (DRA_DRIVER, NODE), result
+            devices.add(result["device"])
+            assert name in {r["name"] for r in claim["status"]["reservedFor"]}, claim["status"]
+            env = cluster.kubectl(
+                "exec", name, "-n", namespace, "-c", "ray-worker", "--",
+                "printenv", "user_NCCL_IB_HCA", "admin_fabric",
+            ).stdout.split()  # fmt: skip
+            assert env == ["mlx5_0", "realnode"], (name, env)
+        assert len(devices) == 2, devices  # a device each
+
+        done = wait_condition(cluster, namespace, "dra", "Succeeded", TRAIN_TIMEOUT)
+        assert done["status"]["trainerStatus"]["epoch"] == DRA_EPOCHS - 1
+    finally:
+        cluster.kubectl("delete", "trainjob", "dra", "-n", namespace, "--wait=true", check=False)
+        cluster.kubectl("delete", "deviceclass", device_class, "--ignore-not-found", check=False)
 
 
 # Long enough that the second worker comes up while the job trains (the autoscaler acts within

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.meta import Meta
 from raytrain_operator.handlers import preflight
@@ -46,3 +48,72 @@ def test_kubectl_applys_copy_counts_against_the_annotation_budget() -> None:
     problem = preflight.spec_problem(trainjob, Meta("big", "ns", "u", annotations=applied))
     assert problem is not None and problem[1].startswith("spec.config:")
     assert "130" in problem[1] and "last-applied-configuration" in problem[1]
+
+
+def _with_claims(head: list[dict[str, str]], workers: list[dict[str, str]]) -> TrainJob:
+    trainjob = _trainjob({})
+    return TrainJob.model_validate(
+        {
+            "metadata": {"name": "big"},
+            "spec": {
+                **trainjob.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+                "head": {"resourceClaims": head},
+                "workerTemplate": {"resourceClaims": workers},
+            },
+        }
+    )
+
+
+def test_a_claim_template_that_does_not_exist_stalls_naming_the_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    existing = {("resourceclaimtemplates", "gpus"), ("resourceclaims", "shared")}
+    asked: list[tuple[str, str, str]] = []
+
+    def exists(namespace: str, plural: str, name: str) -> bool:
+        asked.append((namespace, plural, name))
+        return (plural, name) in existing
+
+    monkeypatch.setattr(preflight.k8s, "dra_object_exists", exists)
+    trainjob = _with_claims(
+        [{"name": "s", "resourceClaimName": "shared"}],
+        [
+            {"name": "g", "resourceClaimTemplateName": "gpus"},
+            {"name": "n", "resourceClaimTemplateName": "nics"},
+        ],
+    )
+    problem = preflight.claim_problem(trainjob, "ns")
+    assert problem is not None
+    reason, message = problem
+    assert reason == "ResourceClaimNotFound"
+    assert message.startswith(
+        "spec.workerTemplate.resourceClaims[1].resourceClaimTemplateName: "
+        "ResourceClaimTemplate 'nics' does not exist in namespace 'ns'"
+    ), message
+    assert "set resourceClaimTemplateName to an existing ResourceClaimTemplate" in message
+    assert ("ns", "resourceclaims", "shared") in asked
+
+    existing.add(("resourceclaimtemplates", "nics"))
+    assert preflight.claim_problem(trainjob, "ns") is None
+    existing.discard(("resourceclaims", "shared"))
+    problem = preflight.claim_problem(trainjob, "ns")
+    assert problem is not None and problem[1].startswith(
+        "spec.head.resourceClaims[0].resourceClaimName: ResourceClaim 'shared' does not exist"
+    ), problem
+
+
+def test_a_claim_the_operator_may_not_read_is_not_a_problem(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """403 (a Role without the resource.k8s.io rule): the check is skipped, the job goes on."""
+    monkeypatch.setattr(preflight.k8s, "dra_object_exists", lambda *_: None)
+    trainjob = _with_claims([], [{"name": "g", "resourceClaimTemplateName": "gpus"}])
+    assert preflight.claim_problem(trainjob, "ns") is None
+
+
+def test_no_claims_no_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: str) -> bool:
+        raise AssertionError("no resourceClaims: nothing to read")
+
+    monkeypatch.setattr(preflight.k8s, "dra_object_exists", refuse)
+    assert preflight.claim_problem(_trainjob({}), "ns") is None

@@ -2,6 +2,7 @@
 // so the image is a single file built from source (no registry).
 //
 //	probe echo WORD...   print the words and exit 0
+//	probe env NAME...    print NAME=value for each variable set, in order; exit 1 if one is not
 //	probe serve PORT     answer every HTTP request with "probe <hostname>"
 //	probe fetch URL      GET URL (retrying until -timeout), print the body; exit 1 on failure
 package main
@@ -22,12 +23,23 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe echo WORD... | serve PORT | fetch [-timeout D] URL")
+		fmt.Fprintln(os.Stderr, "usage: probe echo WORD... | env NAME... | serve PORT | fetch [-timeout D] URL")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
 	case "echo":
 		fmt.Println(strings.Join(os.Args[2:], " "))
+	case "env":
+		code := 0
+		for _, name := range os.Args[2:] {
+			if value, ok := os.LookupEnv(name); ok {
+				fmt.Printf("%s=%s\n", name, value)
+			} else {
+				fmt.Printf("%s is not set\n", name)
+				code = 1
+			}
+		}
+		os.Exit(code)
 	case "serve":
 		if len(os.Args) != 3 {
 			fmt.Fprintln(os.Stderr, "usage: probe serve PORT")
@@ -47,7 +59,7 @@ func main() {
 			os.Exit(1)
 		}
 	default:
-		fmt.Fprintf(os.Stderr, "probe: unknown command %q (echo, serve, fetch)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "probe: unknown command %q (echo, env, serve, fetch)\n", os.Args[1])
 		os.Exit(2)
 	}
 }

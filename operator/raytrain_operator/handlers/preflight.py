@@ -153,6 +153,31 @@ def secret_key_names(namespace: str, name: str) -> set[str] | None:
     return k8s.secret_keys(namespace, name)
 
 
+def claim_problem(trainjob: TrainJob, namespace: str) -> Problem | None:
+    """A ResourceClaimTemplate or ResourceClaim that spec.head or spec.workerTemplate names in
+    resourceClaims and that does not exist. Without the check, KubeRay's pods would wait in
+    Pending for the claim the scheduler cannot find, with no word in the TrainJob."""
+    spec = trainjob.spec
+    for field, overrides in (("head", spec.head), ("workerTemplate", spec.worker_template)):
+        for i, entry in enumerate((overrides.resource_claims if overrides else None) or []):
+            for key, (kind, plural) in k8s.DRA_REFERENCES.items():
+                name = entry.get(key)
+                if not name or k8s.dra_object_exists(namespace, plural, str(name)) is not False:
+                    continue
+                what = (
+                    "a DeviceClass of a DRA driver on the nodes and the devices each pod gets"
+                    if kind == "ResourceClaimTemplate"
+                    else "the devices the pods share"
+                )
+                return (
+                    "ResourceClaimNotFound",
+                    f"spec.{field}.resourceClaims[{i}].{key}: {kind} {name!r} does not exist "
+                    f"in namespace {namespace!r}; create it (it names {what}) or set {key} to "
+                    f"an existing {kind}",
+                )
+    return None
+
+
 def check(trainjob: TrainJob, meta: Meta) -> Problem | None:
     """(reason, message) of the first problem found, or None when the RayJob can be created."""
     problem = spec_problem(trainjob, meta) or override_problem(trainjob)
@@ -202,6 +227,9 @@ def check(trainjob: TrainJob, meta: Meta) -> Problem | None:
                     f"{key!r}; add the key to the Secret or set credentialsSecret.{field} to "
                     "the key that holds it",
                 )
+    problem = claim_problem(trainjob, ns)
+    if problem is not None:
+        return problem
     if storage.s3 is not None and storage.s3.service_account_name:
         account = storage.s3.service_account_name
         if not k8s.service_account_exists(ns, account):
