@@ -160,8 +160,7 @@ state = "$RN/containerd/state"
   # Pod network namespaces under our state dir, not in the shared /run/netns.
   netns_mounts_under_state_dir = true
   # CDI specs from the DRA driver (a claim's devices and environment), under our state dir
-  # rather than the host's /etc/cdi and /var/run/cdi.
-  enable_cdi = true
+  # rather than the host's /etc/cdi and /var/run/cdi (CDI is always on since containerd 2.4).
   cdi_spec_dirs = ["$RN/cdi"]
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["$CNI_BIN_DIR"]
