@@ -16,6 +16,18 @@ from test_operator import T_CREATE, Operator, crds, create, get, operator, secre
 pytestmark = pytest.mark.integration
 __all__ = ["crds", "operator"]  # fixtures used by name
 
+CLAIM_TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "eight-gpus"},
+    "spec": {
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu", "count": 8}}]
+            }
+        }
+    },
+}
 POD = {
     "volumes": [{"name": "cache", "emptyDir": {"sizeLimit": "10Gi"}}],
     "volumeMounts": [{"name": "cache", "mountPath": "/data/cache", "readOnly": False}],
@@ -34,6 +46,8 @@ def test_every_new_pod_field_survives_kuberays_schema(
 ) -> None:
     name = "surface"
     create(kube_cluster, namespace, secret(f"{name}-s3"))
+    # The claim's template must exist: preflight stalls a job whose claim names none.
+    create(kube_cluster, namespace, CLAIM_TEMPLATE)
     job = trainjob(
         name,
         scaling={
