@@ -27,6 +27,7 @@ from trainer_runtime import resume
 from trainer_runtime import runlog as runlog_module
 from trainer_runtime.datawait import start_watch
 from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
+from trainer_runtime.flush import flushed_before_raising
 from trainer_runtime.reporter import FAILED, SUCCEEDED, Reporter, total_epochs
 from trainer_runtime.runlog import RunLog, worker_error_text
 from trainer_runtime.storage import StorageTarget, resolve_uri, storage_target
@@ -472,6 +473,7 @@ def _run_training(
                 return EXIT_BAD_INPUT
             log.info("the run starts from %s (spec.resumeFrom)", contract.resume_from)
         train_fn = resume.with_seed(train_fn, contract.resume_from, target)
+    train_fn = flushed_before_raising(train_fn)
 
     queue = report_queue()
     stop = threading.Event()

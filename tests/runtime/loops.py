@@ -13,6 +13,57 @@ def raising_loop(config: dict[str, Any]) -> None:
     raise ValueError(f"label tensor has shape {config.get('shape', '(3, 7)')}, expected (64,)")
 
 
+def late_peer_loop(config: dict[str, Any]) -> None:
+    """Rank 1 reports and raises; rank 0's report of the same round reaches its queue only
+    after the controller's poll has taken rank 1's report.
+
+    Rank 1 watches its own result queue and writes ``config["marker"]`` once a poll has taken
+    its report; rank 0's checkpoint upload waits for that file, so its report is put just after
+    that poll. Rank 0 then goes on training (sleeps) until the group is torn down.
+    """
+    import os
+    import tempfile
+    import threading
+    import time
+
+    from ray.train import Checkpoint
+    from ray.train.v2._internal.execution.context import get_train_context
+
+    marker = str(config["marker"])
+    rank = ray.train.get_context().get_world_rank()
+    if rank == 1:
+        ray.train.report({"epoch": 0, "loss": 1.0})
+        queue = get_train_context().get_result_queue()
+
+        def watch() -> None:
+            deadline = time.monotonic() + 60
+            while queue.unfinished_tasks and time.monotonic() < deadline:
+                time.sleep(0.002)
+            with open(marker, "w") as f:
+                f.write("polled")
+
+        threading.Thread(target=watch, daemon=True).start()
+        raise ValueError("rank 1 fails right after its report")
+
+    def upload_after_the_poll(checkpoint: Checkpoint, dir_name: str) -> Checkpoint:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(0.1)
+        storage = ray.train.get_context().get_storage()
+        return storage.persist_current_checkpoint(checkpoint, dir_name)  # type: ignore[no-any-return]
+
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "state.json"), "w") as f:
+            f.write('{"epoch": 0}')
+        ray.train.report(
+            {"epoch": 0, "loss": 1.0},
+            checkpoint=Checkpoint.from_directory(d),
+            checkpoint_upload_fn=upload_after_the_poll,
+        )
+    time.sleep(float(config.get("train_seconds", 60)))
+
+
 NOT_CALLABLE = 42
 
 

@@ -84,3 +84,30 @@ def test_a_raising_loop_leaves_each_workers_error_on_s3(s3_env: Any, make_doc: A
     assert [(r["epoch"], r["metrics"]["loss"], r["checkpoint"]) for r in metrics] == [
         (0, 1.0, None)
     ]
+
+
+def test_a_report_made_just_before_a_peer_raises_is_kept_with_its_checkpoint(
+    make_doc: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 reports and raises; rank 0's report of the same round (with a checkpoint) reaches
+    its queue just after the poll that took rank 1's report. Before the failing rank waited for
+    its report to be polled, that poll also carried rank 1's error, the controller failed the
+    group with the round incomplete, and the metrics and the checkpoint were lost."""
+    # A long poll leaves rank 0 far inside the window between the two polls.
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "2")
+    store = tmp_path / "store"
+    doc = make_doc(
+        entrypoint="tests/runtime/loops.py:late_peer_loop",
+        config={"marker": str(tmp_path / "polled")},
+        storage={"type": "pvc", "path": str(store)},
+    )
+    sink = RecordingTransport()
+    assert run_local(load_contract(doc), display=False, transport=sink, min_interval=0) == 1
+    assert (tmp_path / "polled").exists()
+
+    attempt = store / doc["runName"] / "attempt-0"
+    metrics = [json.loads(line) for line in (attempt / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["epoch"], r["metrics"]["loss"]) for r in metrics] == [(0, 1.0)], metrics
+    assert metrics[0]["checkpoint"] and metrics[0]["checkpoint"].startswith(str(store))
+    assert (Path(metrics[0]["checkpoint"]) / "state.json").read_text() == '{"epoch": 0}'
+    assert "rank 1 fails right after its report" in (attempt / "worker-1.error.txt").read_text()

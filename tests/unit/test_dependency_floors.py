@@ -95,3 +95,23 @@ def test_ray_has_every_train_v2_api_trainer_runtime_calls(
     assert "timeout_s" in inspect.signature(TorchConfig).parameters
     assert "storage_filesystem" in inspect.signature(tune.Tuner.can_restore).parameters
     assert callable(TuneReportCallback) and callable(tune.RunConfig)
+
+
+def test_ray_has_the_report_queue_a_failing_rank_waits_on() -> None:
+    """trainer_runtime/flush.py reads the worker's report queue and counters (Ray internals);
+    where they are gone the wrapper quietly does nothing, so a Ray upgrade must be seen here."""
+    pytest.importorskip("ray", reason="Ray comes with the runtime extra: make install")
+    import queue as queue_module
+
+    from ray.train.v2._internal.execution import context as ctx_module
+    from ray.train.v2._internal.execution.worker_group import worker as worker_module
+
+    assert callable(ctx_module.get_train_context)
+    assert callable(ctx_module.TrainContext.get_result_queue)
+    report_source = inspect.getsource(ctx_module.TrainContext)
+    assert "self.report_call_index += 1" in report_source
+    assert "self.current_report_index += 1" in report_source
+    # The controller's poll marks a report taken with task_done, which flush.py counts on.
+    poll_source = inspect.getsource(worker_module.RayTrainWorker.poll_status)
+    assert "result_queue.get_nowait()" in poll_source and "task_done()" in poll_source
+    assert hasattr(queue_module.Queue(), "unfinished_tasks")

@@ -1,0 +1,127 @@
+"""A rank's last report reaches Ray Train's controller before its error does.
+
+Ray Train 2.60 keeps each worker's unpolled report in a one-slot queue and counts a report
+(its metrics, its checkpoint) only once every rank's report of that round has been polled. The
+controller polls every worker at once and acts on the first error it sees. So a rank that
+reports and then raises before the next poll can race its peers: when the poll finds the
+error and the report of the failing rank but not yet the report of a peer that was a few
+milliseconds slower out of the same ``ray.train.report`` call, the round is never complete, the
+controller tears the group down, and the report is gone from the status and the run log (and
+its checkpoint is never registered: the next attempt resumes from the one before).
+
+``flushed_before_raising`` wraps the training function: when it raises, the rank first waits
+until the controller has polled every report it made (its queue empty, no upload of an
+asynchronous checkpoint still on the way), at most ``FLUSH_TIMEOUT_S``, and then raises the
+same exception. A peer that is still in the same report call gets a full poll interval to
+catch up. Nothing changes on the path without an error.
+
+The queue and the report counters are Ray Train's internal API: where they are not there, the
+function is returned unwrapped.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+log = logging.getLogger("trainer_runtime.flush")
+
+#: The longest a failing rank waits for its reports to be polled (several polls even at Ray's
+#: default 2 s interval); past it the error is raised as it is.
+FLUSH_TIMEOUT_S = 30.0
+#: How often the waiting rank looks at its queue.
+FLUSH_CHECK_S = 0.02
+
+
+class ReportState(Protocol):
+    """What a rank's flush looks at: its reports made, put and still unpolled."""
+
+    def pending(self) -> bool: ...
+
+
+class _RayReportState:
+    def __init__(self, context: Any) -> None:
+        self._context = context
+
+    def pending(self) -> bool:
+        ctx = self._context
+        queue = ctx.get_result_queue()
+        # A report whose (asynchronous) upload has not put it on the queue yet, or one put and
+        # not yet taken by the controller's poll (poll_status calls task_done on it).
+        not_put = int(getattr(ctx, "report_call_index", 0)) > int(
+            getattr(ctx, "current_report_index", 0)
+        )
+        return not_put or int(queue.unfinished_tasks) > 0
+
+
+def _ray_report_state() -> ReportState | None:
+    try:
+        from ray.train.v2._internal.execution.context import get_train_context
+
+        context: Any = get_train_context()
+        context.get_result_queue()
+    except Exception:
+        return None
+    return _RayReportState(context)
+
+
+def wait_until_polled(
+    state: ReportState | None,
+    timeout: float = FLUSH_TIMEOUT_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Wait until ``state`` has nothing pending; False when ``timeout`` passed first."""
+    if state is None:
+        return True
+    deadline = clock() + timeout
+    while state.pending():
+        if clock() >= deadline:
+            return False
+        sleep(FLUSH_CHECK_S)
+    return True
+
+
+def flushed_before_raising(
+    train_fn: Callable[..., Any],
+    report_state: Callable[[], ReportState | None] = _ray_report_state,
+    timeout: float = FLUSH_TIMEOUT_S,
+) -> Callable[..., Any]:
+    """``train_fn`` (same arity and name) whose exceptions wait for its reports to be polled."""
+
+    def flush() -> None:
+        start = time.monotonic()
+        if not wait_until_polled(report_state(), timeout):
+            log.warning(
+                "the training function raised; its last report was not polled by Ray Train "
+                "within %g s and may be lost",
+                timeout,
+            )
+        elif time.monotonic() - start > 0.05:
+            log.debug("held the error %.2f s for the last report", time.monotonic() - start)
+
+    name = getattr(train_fn, "__name__", "train_loop")
+    if inspect.signature(train_fn).parameters:
+
+        def loop_with_config(config: Any) -> Any:
+            try:
+                return train_fn(config)
+            except Exception:
+                flush()
+                raise
+
+        loop_with_config.__name__ = name
+        return loop_with_config
+
+    def loop() -> Any:
+        try:
+            return train_fn()
+        except Exception:
+            flush()
+            raise
+
+    loop.__name__ = name
+    return loop
