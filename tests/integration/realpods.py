@@ -333,6 +333,24 @@ def shared_volume(name: str, path: Path, namespace: str, claim: str) -> dict[str
     }
 
 
+#: The DRA driver the real node runs (e2e/realnode/node.sh) and the devices it offers.
+DRA_DRIVER = "dra.realnode.raytrain.dev"
+
+
+def dra_device_class(name: str, parameters: dict[str, str]) -> dict[str, Any]:
+    """A DeviceClass selecting the real node's DRA devices, with opaque ``parameters`` that
+    the driver's CDI spec turns into ``admin_<key>`` variables in each container."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {
+            "selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}],
+            "config": [{"opaque": {"driver": DRA_DRIVER, "parameters": parameters}}],
+        },
+    }
+
+
 def pods_of(cluster: KubeCluster, namespace: str, selector: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = cluster.get_json("pods", "-n", namespace, "-l", selector)["items"]
     return items

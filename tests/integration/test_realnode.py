@@ -22,6 +22,7 @@ import pytest
 from _required import required
 from _wait import wait_for
 from conftest import CLUSTER_SH, REPO, KubeCluster
+from realpods import DRA_DRIVER, dra_device_class
 
 pytestmark = pytest.mark.realnode
 
@@ -168,8 +169,7 @@ def test_pod_runs_on_the_real_node_and_its_logs_are_readable(
     assert logs == f"real {word}\n"
 
 
-#: The node's DRA driver (e2e/realnode/node.sh), and how many devices it publishes.
-DRA_DRIVER = "dra.realnode.raytrain.dev"
+#: How many devices the node's DRA driver (e2e/realnode/node.sh) publishes.
 DRA_DEVICES = 8
 
 
@@ -190,17 +190,7 @@ def test_a_pod_gets_the_device_it_claims_from_the_nodes_dra_driver(
 
     word = f"w{uuid.uuid4().hex[:8]}"
     device_class = f"{namespace}-dev"
-    real_node.apply(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": device_class},
-            "spec": {
-                "selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}],
-                "config": [{"opaque": {"driver": DRA_DRIVER, "parameters": {"origin": "node"}}}],
-            },
-        }
-    )
+    real_node.apply(dra_device_class(device_class, {"origin": "node"}))
     try:
         real_node.apply(
             {

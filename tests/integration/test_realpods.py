@@ -36,6 +36,7 @@ from _wait import wait_for
 from conftest import REPO, KubeCluster
 from realpods import (
     BUCKET,
+    DRA_DRIVER,
     NODE,
     ON_REAL_NODE,
     SYSTEM_NS,
@@ -44,6 +45,7 @@ from realpods import (
     bind_claim,
     built_images,
     condition,
+    dra_device_class,
     expose_minio,
     import_archive,
     import_images,
@@ -621,8 +623,6 @@ def test_a_worker_on_the_hosts_network_trains_behind_the_jobs_network_policy(
     cluster.kubectl("delete", "trainjob", "hostnet2", "-n", namespace, "--wait=true", check=False)
 
 
-#: The real node's DRA driver (e2e/realnode/node.sh): Kubernetes' example kubelet plugin.
-DRA_DRIVER = "dra.realnode.raytrain.dev"
 # Long enough that both workers are checked while the job still trains.
 DRA_EPOCHS = 40
 
@@ -637,19 +637,7 @@ def test_a_device_claimed_through_dra_reaches_each_worker_container(
     DeviceClass and the claim carry. The head claims nothing. The job trains to Succeeded."""
     cluster = real_world.cluster
     device_class = f"{namespace}-nic"
-    cluster.apply(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": device_class},
-            "spec": {
-                "selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}],
-                "config": [
-                    {"opaque": {"driver": DRA_DRIVER, "parameters": {"fabric": "realnode"}}}
-                ],
-            },
-        }
-    )
+    cluster.apply(dra_device_class(device_class, {"fabric": "realnode"}))
     try:
         cluster.apply(
             {
