@@ -15,9 +15,10 @@ the work lost (epochs trained before the death that are trained again, at most o
 interval is the target), the checkpoints written vs registered, and the wall time of (b) over (a).
 
 Ray Train's controller collects one report per worker per poll, every
-``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S`` (Ray's default 2 s; the runtime sets 0.5 s unless the
-environment has a value): a checkpoint is registered, and so resumable, only once polled. Set
-the variable to see how the poll interval moves the work lost.
+``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S`` (Ray's default 2 s; the runtime sets 0.1 s for 2 workers
+unless the environment has a value): a checkpoint is registered, and so resumable, only once
+polled. Each rank waits for that poll after reporting unless ``RAYTRAIN_REPORT_COMMIT=0``
+(trainer_runtime/flush.py). Set the variables to see how each moves the work lost.
 
     python benchmarks/recovery.py [--epochs 6] [--fail-epoch 3] [--fail-fraction 0.5]
         [--hidden 128] [--batch-size 64]
@@ -124,7 +125,7 @@ def main() -> None:
 
     from trainer_runtime.trainer import set_poll_interval
 
-    set_poll_interval()  # what run_training does: the runtime's default unless set here
+    set_poll_interval(2)  # what run_training does: the runtime's default unless set here
     poll = float(os.environ[HEALTH_CHECK_INTERVAL_S_ENV_VAR])
     os.chdir(REPO)  # the workers import the entrypoint from the working directory
     sys.path.insert(0, str(REPO))

@@ -34,8 +34,12 @@ its checkpoint to ``ray.train.report(..., checkpoint_upload_mode=CheckpointUploa
 once it is persisted), alternating runtime, runtime-async, torchrun; its ratio of medians is
 printed against the runtime's synchronous upload and against torchrun.
 
+``--no-commit`` adds ``runtime-nocommit``: the runtime with ``RAYTRAIN_REPORT_COMMIT=0``, where a
+rank goes on training as soon as its report is on Ray Train's queue instead of waiting for the
+controller's poll (trainer_runtime/flush.py); its ratio shows what that wait costs.
+
     python benchmarks/runtime_vs_torchrun.py [--runs 5] [--epochs 8] [--samples 8192]
-                                             [--async-upload]
+                                             [--async-upload] [--no-commit]
 """
 
 from __future__ import annotations
@@ -179,19 +183,22 @@ class Run:
         return statistics.median(steady or list(self.loop_seconds.values()))
 
 
-def child_env() -> dict[str, str]:
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "COLUMNS": "400"}
     env.pop("RAY_ADDRESS", None)  # a local Ray of its own, never someone else's cluster
-    return env
+    env.pop("RAYTRAIN_REPORT_COMMIT", None)  # the runtime's default unless an arm sets it
+    return {**env, **(extra or {})}
 
 
-def timed(arm: str, cmd: list[str], epochs: int, parse: Any) -> Run:
+def timed(
+    arm: str, cmd: list[str], epochs: int, parse: Any, env: dict[str, str] | None = None
+) -> Run:
     """Run ``cmd``, timestamping each output line; ``parse(run, line, t)`` records epochs."""
     run = Run(arm=arm, load_before=os.getloadavg()[0])
     tail: deque[str] = deque(maxlen=40)
     start = time.monotonic()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          bufsize=1, env=child_env(), cwd=REPO) as proc:  # fmt: skip
+                          bufsize=1, env=child_env(env), cwd=REPO) as proc:  # fmt: skip
         assert proc.stdout is not None
         for line in proc.stdout:
             t = time.monotonic() - start
@@ -219,10 +226,14 @@ def parse_torchrun(run: Run, line: str, t: float) -> None:
         run.loop_seconds[int(m.group(1))] = float(m.group(2))
 
 
-def run_runtime(epochs: int, samples: int, work: Path, index: int, upload: str = "sync") -> Run:
+def run_runtime(
+    epochs: int, samples: int, work: Path, index: int, upload: str = "sync", commit: bool = True
+) -> Run:
     from _contract import local_contract_doc
 
     arm = "runtime" if upload == "sync" else f"runtime-{upload}"
+    if not commit:
+        arm += "-nocommit"
     store = work / f"{arm}-store-{index}"
     store.mkdir()
     doc = local_contract_doc(
@@ -236,13 +247,18 @@ def run_runtime(epochs: int, samples: int, work: Path, index: int, upload: str =
     contract.write_text(json.dumps(doc))
     cmd = [sys.executable, "-m", "trainer_runtime", "--contract", str(contract), "--local"]
     try:
-        return timed(arm, cmd, epochs, parse_runtime)
+        env = None if commit else {"RAYTRAIN_REPORT_COMMIT": "0"}
+        return timed(arm, cmd, epochs, parse_runtime, env)
     finally:
         shutil.rmtree(store, ignore_errors=True)
 
 
 def run_runtime_async(epochs: int, samples: int, work: Path, index: int) -> Run:
     return run_runtime(epochs, samples, work, index, upload="async")
+
+
+def run_runtime_nocommit(epochs: int, samples: int, work: Path, index: int) -> Run:
+    return run_runtime(epochs, samples, work, index, commit=False)
 
 
 def run_torchrun(epochs: int, samples: int, work: Path, index: int) -> Run:
@@ -266,6 +282,12 @@ def main() -> None:
         action="store_true",
         help="a third arm: the runtime with Ray Train's asynchronous checkpoint upload",
     )
+    ap.add_argument(
+        "--no-commit",
+        action="store_true",
+        help="another arm: the runtime with RAYTRAIN_REPORT_COMMIT=0 (a rank goes on training "
+        "before Ray Train's controller has polled its report)",
+    )
     ap.add_argument("--torchrun-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--checkpoint-dir", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -282,13 +304,14 @@ def main() -> None:
         f"workload: MLP 512-1024-1024-10, {args.samples} samples, batch 128, 2 workers (gloo, "
         f"1 thread each), {args.epochs} epochs, a torch.save checkpoint every epoch; "
         f"{args.runs} runs per arm, alternating"
-        + (" (runtime, runtime-async, torchrun)" if args.async_upload else "")
     )
-    arms = (
-        [run_runtime, run_runtime_async, run_torchrun]
-        if args.async_upload
-        else [run_runtime, run_torchrun]
-    )
+    arms: list[Any] = [run_runtime]
+    if args.no_commit:
+        arms.append(run_runtime_nocommit)
+    if args.async_upload:
+        arms.append(run_runtime_async)
+    arms.append(run_torchrun)
+    print("arms, in this order: " + ", ".join(a.__name__.removeprefix("run_") for a in arms))
     print(f"{'run':>3} {'arm':14} {'load1':>5} {'end-to-end s':>12} {'s/epoch driver':>14} "
           f"{'s/epoch loop':>12}")  # fmt: skip
     runs: list[Run] = []
@@ -327,6 +350,8 @@ def main() -> None:
         )
 
     print(f"RESULT runtime_vs_torchrun: {ratios('runtime', 'torchrun')}")
+    if args.no_commit:
+        print(f"RESULT runtime_vs_torchrun: {ratios('runtime', 'runtime-nocommit')}")
     if args.async_upload:
         print(f"RESULT runtime_vs_torchrun: {ratios('runtime-async', 'runtime')}")
         print(f"RESULT runtime_vs_torchrun: {ratios('runtime-async', 'torchrun')}")

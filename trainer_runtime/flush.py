@@ -15,16 +15,32 @@ asynchronous checkpoint still on the way), at most ``FLUSH_TIMEOUT_S``, and then
 same exception. A peer that is still in the same report call gets a full poll interval to
 catch up. Nothing changes on the path without an error.
 
+``report_commit_callback`` does the same after every report: a rank goes on training only once
+the controller has taken its report. A checkpoint counts once every rank's report of its round
+is taken, and every rank waits for that, so a worker killed later (a pod deleted, an
+out-of-memory kill) can no longer take an unpolled checkpoint with it: the work lost is at most
+one checkpoint interval, where it was up to one poll more. Every rank waits, not only those
+that pass a checkpoint: in the usual loop rank 0 alone passes one, and the round needs the
+reports of the others too. The cost is the wait for the next poll after each report: nothing
+when reports come faster than the poll (Ray's one-slot queue already holds the next report
+until the last is taken), otherwise up to one poll per report (the runtime polls every 0.1 s
+for up to 4 workers, at most every 0.5 s: trainer.poll_interval); benchmarks/recovery.py and
+benchmarks/runtime_vs_torchrun.py measure it. Asynchronous
+uploads (``checkpoint_upload_mode=ASYNC``) are not waited for. ``RAYTRAIN_REPORT_COMMIT=0`` in
+the pods' environment turns the wait off.
+
 The queue and the report counters are Ray Train's internal API: where they are not there, the
-function is returned unwrapped.
+function is returned unwrapped and no callback is added.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 log = logging.getLogger("trainer_runtime.flush")
@@ -42,22 +58,29 @@ class ReportState(Protocol):
     def pending(self) -> bool: ...
 
 
+class CommitState(ReportState, Protocol):
+    """And whether a report is made but not yet put on the queue (an asynchronous upload)."""
+
+    def not_put(self) -> bool: ...
+
+
 class _RayReportState:
     def __init__(self, context: Any) -> None:
         self._context = context
 
-    def pending(self) -> bool:
+    def not_put(self) -> bool:
+        """A report made whose (asynchronous) upload has not put it on the queue yet."""
         ctx = self._context
-        queue = ctx.get_result_queue()
-        # A report whose (asynchronous) upload has not put it on the queue yet, or one put and
-        # not yet taken by the controller's poll (poll_status calls task_done on it).
-        not_put = int(getattr(ctx, "report_call_index", 0)) > int(
+        return int(getattr(ctx, "report_call_index", 0)) > int(
             getattr(ctx, "current_report_index", 0)
         )
-        return not_put or int(queue.unfinished_tasks) > 0
+
+    def pending(self) -> bool:
+        # Or one put and not yet taken by the controller's poll (poll_status calls task_done).
+        return self.not_put() or int(self._context.get_result_queue().unfinished_tasks) > 0
 
 
-def _ray_report_state() -> ReportState | None:
+def _ray_report_state() -> _RayReportState | None:
     try:
         from ray.train.v2._internal.execution.context import get_train_context
 
@@ -125,3 +148,43 @@ def flushed_before_raising(
 
     loop.__name__ = name
     return loop
+
+
+#: ``RAYTRAIN_REPORT_COMMIT=0`` turns the wait after each report off.
+COMMIT_ENV = "RAYTRAIN_REPORT_COMMIT"
+
+
+@contextlib.contextmanager
+def committed_report(
+    report_state: Callable[[], CommitState | None] = _ray_report_state,
+    timeout: float = FLUSH_TIMEOUT_S,
+) -> Iterator[None]:
+    """Around one ``ray.train.report``: afterwards, once it is on the queue (not an
+    asynchronous upload still on its way), wait until the controller has taken it."""
+    state = report_state()
+    yield
+    if state is None or os.environ.get(COMMIT_ENV, "1") == "0" or state.not_put():
+        return
+    if not wait_until_polled(state, timeout):
+        log.warning(
+            "a report was not polled by Ray Train within %g s; training goes on and the "
+            "report (and its checkpoint) counts once it is polled",
+            timeout,
+        )
+
+
+def report_commit_callback() -> Any | None:
+    """A Ray Train context callback (copied to every worker) that runs each report inside
+    ``committed_report``; None where this Ray has no such callback."""
+    try:
+        from ray.train.v2._internal.execution.callback import TrainContextCallback
+    except ImportError:
+        return None
+
+    class ReportCommit(TrainContextCallback):  # type: ignore[misc]
+        @contextlib.contextmanager
+        def on_report(self) -> Iterator[None]:
+            with committed_report():
+                yield
+
+    return ReportCommit()

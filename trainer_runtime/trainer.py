@@ -27,7 +27,7 @@ from trainer_runtime import resume
 from trainer_runtime import runlog as runlog_module
 from trainer_runtime.datawait import start_watch
 from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
-from trainer_runtime.flush import flushed_before_raising
+from trainer_runtime.flush import flushed_before_raising, report_commit_callback
 from trainer_runtime.reporter import FAILED, SUCCEEDED, Reporter, total_epochs
 from trainer_runtime.runlog import RunLog, worker_error_text
 from trainer_runtime.storage import StorageTarget, resolve_uri, storage_target
@@ -388,19 +388,27 @@ def _drain(
         reporter.tick()
 
 
-#: How often Ray Train's controller polls the workers, unless the pod's environment says.
-#: A report (and its checkpoint) counts only once polled, and each worker holds one unpolled
-#: report: a worker that dies between a checkpoint and the next poll takes that checkpoint's
-#: registration with it, so the work lost is up to one checkpoint interval plus one poll. Ray's
-#: default poll is 2 s; at 0.5 s the extra loss shrinks with it (benchmarks/recovery.py).
-POLL_INTERVAL_S = "0.5"
+#: How often Ray Train's controller polls the workers, unless the pod's environment says. A
+#: report (and its checkpoint) counts only once polled, and every rank waits for that poll
+#: before it trains on (trainer_runtime/flush.py): each checkpoint costs up to one poll of
+#: waiting, and a failure shows one poll after it happens. So the poll is short for a small
+#: group, and grows with the group to keep the controller at about POLLS_PER_S poll tasks a
+#: second (one per worker per poll), never past POLL_MAX_S (Ray's default is 2 s).
+POLL_MIN_S = 0.1
+POLL_MAX_S = 0.5
+POLLS_PER_S = 40
 
 
-def set_poll_interval() -> None:
+def poll_interval(workers: int) -> float:
+    """The poll for a group of ``workers`` (the most an elastic group can have)."""
+    return min(POLL_MAX_S, max(POLL_MIN_S, workers / POLLS_PER_S))
+
+
+def set_poll_interval(workers: int) -> None:
     from ray.train.v2._internal.constants import HEALTH_CHECK_INTERVAL_S_ENV_VAR
 
     # Ray Train hands this variable from the driver to its controller.
-    os.environ.setdefault(HEALTH_CHECK_INTERVAL_S_ENV_VAR, POLL_INTERVAL_S)
+    os.environ.setdefault(HEALTH_CHECK_INTERVAL_S_ENV_VAR, f"{poll_interval(workers):g}")
 
 
 def open_run_log(target: StorageTarget, contract: Contract, attempt: int) -> RunLog | None:
@@ -439,7 +447,7 @@ def _run_training(
 ) -> int:
     try:
         _require_train_v2()
-        set_poll_interval()
+        set_poll_interval(contract.scaling.num_workers or contract.scaling.max_workers or 1)
         train_fn = load_entrypoint(contract.entrypoint)
     except (EntrypointError, RuntimeError, OSError, ValueError) as exc:
         message = str(exc)
@@ -485,7 +493,8 @@ def _run_training(
     try:
         bridge = _make_bridge(queue, target)
         error_bridge = _make_error_bridge(queue)
-        bridges = [bridge] if error_bridge is None else [bridge, error_bridge]
+        commit = report_commit_callback()
+        bridges = [c for c in (bridge, error_bridge, commit) if c is not None]
         if contract.tune is not None:
             from trainer_runtime.tune import run_tune
 
