@@ -798,6 +798,9 @@ def test_the_resumable_example_goes_on_at_its_saved_batch_after_a_worker_pod_is_
         for doc in trainjob_on_real_node(RESUMABLE, epochs=RESUMABLE_EPOCHS):
             if not bind_claim(doc, pv_name):
                 doc["spec"]["config"]["checkpoint_every"] = 5
+                # Paced, so the delete lands while it trains: each report waits only for the
+                # runtime's 0.1 s poll, and the bare loop would end in about 25 s.
+                doc["spec"]["config"]["step_seconds"] = 0.1
                 # One training worker on each worker pod, so the deleted pod holds one.
                 doc["spec"]["scaling"]["placementStrategy"] = "SPREAD"
             cluster.apply(doc, namespace=namespace)
