@@ -65,9 +65,10 @@ DIGITS = REPO / "examples" / "digits.yaml"
 START_TIMEOUT = 600
 TRAIN_TIMEOUT = 900
 # Epochs of the fault tests: enough that a fault lands mid-training and a suspend has time to
-# take its checkpoint (a digits epoch takes about 0.5 s on two real workers, more on a busy
-# machine).
-FAULT_EPOCHS = 200
+# take its checkpoint. A digits epoch on two real workers takes about 0.15 s, more on a busy
+# machine: its report waits for the runtime's 0.1 s poll (200 epochs ended in about 30 s, at
+# times before a deleted worker pod was gone).
+FAULT_EPOCHS = 600
 
 
 @dataclass(frozen=True)
