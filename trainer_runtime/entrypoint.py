@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -89,3 +90,27 @@ def load_entrypoint(entrypoint: str) -> Callable[..., Any]:
     if not callable(obj):
         raise _fail(entrypoint, f"{attr!r} is a {type(obj).__name__}, not a callable")
     return obj  # type: ignore[no-any-return]
+
+
+def wrap_loop(
+    train_fn: Callable[..., Any], around: Callable[[Callable[[], Any]], Any]
+) -> Callable[..., Any]:
+    """``train_fn`` run through ``around(run)``, with the same name and arity.
+
+    Ray Train calls a training function with the config or with nothing, by its signature, so
+    a wrapper must keep it; ``run()`` calls ``train_fn`` with what the wrapper was given.
+    """
+    name = getattr(train_fn, "__name__", "train_loop")
+    if inspect.signature(train_fn).parameters:
+
+        def loop_with_config(config: Any) -> Any:
+            return around(lambda: train_fn(config))
+
+        loop_with_config.__name__ = name
+        return loop_with_config
+
+    def loop() -> Any:
+        return around(train_fn)
+
+    loop.__name__ = name
+    return loop

@@ -13,7 +13,7 @@ its checkpoint is never registered: the next attempt resumes from the one before
 until the controller has polled every report it made (its queue empty, no upload of an
 asynchronous checkpoint still on the way), at most ``FLUSH_TIMEOUT_S``, and then raises the
 same exception. A peer that is still in the same report call gets a full poll interval to
-catch up. Nothing changes on the path without an error.
+catch up. The wrapper changes nothing on the path without an error.
 
 ``report_commit_callback`` does the same after every report: a rank goes on training only once
 the controller has taken its report. A checkpoint counts once every rank's report of its round
@@ -29,19 +29,20 @@ benchmarks/runtime_vs_torchrun.py measure it. Asynchronous
 uploads (``checkpoint_upload_mode=ASYNC``) are not waited for. ``RAYTRAIN_REPORT_COMMIT=0`` in
 the pods' environment turns the wait off.
 
-The queue and the report counters are Ray Train's internal API: where they are not there, the
-function is returned unwrapped and no callback is added.
+The queue and the report counters are Ray Train's internal API: where they are not there,
+neither the wrapper nor the callback waits (tests/unit/test_dependency_floors.py checks them).
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
+
+from trainer_runtime.entrypoint import wrap_loop
 
 log = logging.getLogger("trainer_runtime.flush")
 
@@ -115,39 +116,19 @@ def flushed_before_raising(
 ) -> Callable[..., Any]:
     """``train_fn`` (same arity and name) whose exceptions wait for its reports to be polled."""
 
-    def flush() -> None:
-        start = time.monotonic()
-        if not wait_until_polled(report_state(), timeout):
-            log.warning(
-                "the training function raised; its last report was not polled by Ray Train "
-                "within %g s and may be lost",
-                timeout,
-            )
-        elif time.monotonic() - start > 0.05:
-            log.debug("held the error %.2f s for the last report", time.monotonic() - start)
-
-    name = getattr(train_fn, "__name__", "train_loop")
-    if inspect.signature(train_fn).parameters:
-
-        def loop_with_config(config: Any) -> Any:
-            try:
-                return train_fn(config)
-            except Exception:
-                flush()
-                raise
-
-        loop_with_config.__name__ = name
-        return loop_with_config
-
-    def loop() -> Any:
+    def guarded(run: Callable[[], Any]) -> Any:
         try:
-            return train_fn()
+            return run()
         except Exception:
-            flush()
+            if not wait_until_polled(report_state(), timeout):
+                log.warning(
+                    "the training function raised; its last report was not polled by Ray "
+                    "Train within %g s and may be lost",
+                    timeout,
+                )
             raise
 
-    loop.__name__ = name
-    return loop
+    return wrap_loop(train_fn, guarded)
 
 
 #: ``RAYTRAIN_REPORT_COMMIT=0`` turns the wait after each report off.

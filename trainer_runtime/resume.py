@@ -15,11 +15,11 @@ scratch.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
 
+from trainer_runtime.entrypoint import wrap_loop
 from trainer_runtime.storage import CHECKPOINT_PREFIX, StorageTarget, resolve_uri
 
 log = logging.getLogger("trainer_runtime")
@@ -84,21 +84,9 @@ def seed_checkpoint(uri: str, target: StorageTarget) -> None:
 
 def with_seed(train_fn: Callable[..., Any], uri: str, target: StorageTarget) -> Callable[..., Any]:
     """``train_fn`` that first seeds the run's checkpoint with ``uri`` (same arity)."""
-    takes_config = bool(inspect.signature(train_fn).parameters)
 
-    name = getattr(train_fn, "__name__", "train_loop")
-    if takes_config:
-
-        def loop_with_config(config: Any) -> Any:
-            seed_checkpoint(uri, target)
-            return train_fn(config)
-
-        loop_with_config.__name__ = name
-        return loop_with_config
-
-    def loop() -> Any:
+    def seeded(run: Callable[[], Any]) -> Any:
         seed_checkpoint(uri, target)
-        return train_fn()
+        return run()
 
-    loop.__name__ = name
-    return loop
+    return wrap_loop(train_fn, seeded)
