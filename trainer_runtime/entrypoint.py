@@ -8,6 +8,7 @@ script file is imported under a private module name and pickled by value instead
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -98,13 +99,15 @@ def wrap_loop(
     """``train_fn`` run through ``around(run)``, with the same name and arity.
 
     Ray Train calls a training function with the config or with nothing, by its signature, so
-    a wrapper must keep it; ``run()`` calls ``train_fn`` with what the wrapper was given.
+    a wrapper must keep it; ``run()`` calls ``train_fn`` with what the wrapper was given. A
+    failure message leaves out the frames of this wrapper and of the known ``around`` functions
+    (``failure.RUNTIME_FRAMES``), so a new one goes there too.
     """
     name = getattr(train_fn, "__name__", "train_loop")
     if inspect.signature(train_fn).parameters:
 
         def loop_with_config(config: Any) -> Any:
-            return around(lambda: train_fn(config))
+            return around(functools.partial(train_fn, config))
 
         loop_with_config.__name__ = name
         return loop_with_config

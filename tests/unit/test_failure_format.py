@@ -92,6 +92,56 @@ def test_the_error_fit_raises_keeps_the_traceback_in_its_own_text() -> None:
     assert classified(text).reason == "UserException"
 
 
+@pytest.mark.runtime
+def test_the_runtimes_wrappers_leave_the_users_frames_and_the_traceback_head() -> None:
+    from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    from trainer_runtime import runlog
+    from trainer_runtime.entrypoint import wrap_loop
+    from trainer_runtime.flush import flushed_before_raising
+
+    def around(run: Any) -> Any:  # a test's wrapper: its frame is the user's, and stays
+        return run()
+
+    # Wrapped as a worker runs it (resume.with_seed wraps through wrap_loop the same way).
+    loop = wrap_loop(flushed_before_raising(train_loop, report_state=lambda: None), around)
+    exc = raised(loop, {})
+    carried = "".join(traceback.format_exception(exc))
+    assert "trainer_runtime/flush.py" in carried  # the wrappers' frames are in the raw text
+    error = WorkerGroupError("1 worker failed", {0: UserExceptionWithTraceback(exc, carried)})
+    for text in (
+        failure.format_failure(error),
+        failure.format_worker_errors({0: UserExceptionWithTraceback(exc, carried)}),
+        runlog.worker_error_text(UserExceptionWithTraceback(exc, carried)),
+    ):
+        assert "trainer_runtime/" not in text, text
+        assert failure.TRACEBACK_HEAD in text, text
+        assert "in train_loop" in text and 'return batch["label"]' in text, text
+
+
+def test_only_the_runtimes_wrapper_frames_are_left_out() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/app/trainer_runtime/flush.py", line 121, in guarded\n'
+        "    return run()\n"
+        "           ^^^^^\n"
+        '  File "/app/train.py", line 3, in guarded\n'
+        "    raise ValueError('x')\n"
+        '  File "/app/trainer_runtime/entrypoint.py", line 5, in main\n'
+        "    main()\n"
+        "ValueError: x\n"
+    )
+    assert failure.without_runtime_frames(text) == (
+        "Traceback (most recent call last):\n"
+        '  File "/app/train.py", line 3, in guarded\n'
+        "    raise ValueError('x')\n"
+        '  File "/app/trainer_runtime/entrypoint.py", line 5, in main\n'
+        "    main()\n"
+        "ValueError: x\n"
+    )
+
+
 def test_a_module_exception_is_named_with_its_module() -> None:
     class ShapeError(ValueError):
         pass
