@@ -15,7 +15,10 @@ Columns: the fault; the last epoch the TrainJob's status showed when the fault w
 (a lower bound of the epoch in flight: reports come at most every 5 s); the epoch the resumed
 run started at; epochs redone relative to that report; the checkpoint interval (digits
 checkpoints every epoch); seconds from the fault to the resumed run's first report (which
-comes after its first epoch); whether a new RayJob (attempt) was needed.
+comes after its first epoch); whether a new RayJob (attempt) was needed. Work lost, where the
+test can tell (the SIGKILLed training worker: from the run's metrics.jsonl), is the training
+from the checkpoint the run resumed from to the fault, in epochs: at most one checkpoint interval
+is the goal; "-" where the test sees only the status.
 """
 
 from __future__ import annotations
@@ -80,13 +83,16 @@ def main(argv: list[str] | None = None) -> int:
 def print_table(rows: list[dict[str, object]]) -> None:
     print(
         "| fault | reported epoch at fault | resumed at epoch | epochs redone "
-        "| checkpoint interval (epochs) | s to first resumed report | new attempt |"
+        "| work lost (epochs) | checkpoint interval (epochs) | s to first resumed report "
+        "| new attempt |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
+        lost = r.get("lost_epochs")
         print(
             f"| {r['fault']} | {r['reported_epoch_at_fault']} | {r['resumed_at_epoch']} "
-            f"| {r['epochs_redone']} | {r['checkpoint_interval_epochs']} "
+            f"| {r['epochs_redone']} | {'-' if lost is None else lost} "
+            f"| {r['checkpoint_interval_epochs']} "
             f"| {r['seconds_to_first_resumed_report']} | {'yes' if r['new_rayjob'] else 'no'} |"
         )
 

@@ -21,8 +21,10 @@ measured there (benchmarks/realpod_faults.py).
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -305,11 +307,19 @@ def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespac
     assert "b'" not in logs.stdout.splitlines()[0], logs.stdout[:300]
 
 
-def _record(fault: str, at_epoch: int, resumed_at: int, seconds: float, new_rayjob: bool) -> None:
+def _record(
+    fault: str,
+    at_epoch: int,
+    resumed_at: int,
+    seconds: float,
+    new_rayjob: bool,
+    lost_epochs: float | None = None,
+) -> None:
     """Append one fault's measurements to $RAYTRAIN_FAULT_RECORD (benchmarks/realpod_faults.py).
 
     ``at_epoch`` is the last epoch reported when the fault was injected; digits checkpoints
-    every epoch, so the checkpoint interval is one epoch.
+    every epoch, so the checkpoint interval is one epoch. ``lost_epochs``, where a test can
+    tell, is the training lost in all: the epochs redone and the part of the epoch in flight.
     """
     path = os.environ.get("RAYTRAIN_FAULT_RECORD")
     if path:
@@ -321,6 +331,7 @@ def _record(fault: str, at_epoch: int, resumed_at: int, seconds: float, new_rayj
             "checkpoint_interval_epochs": 1,
             "seconds_to_first_resumed_report": round(seconds, 1),
             "new_rayjob": new_rayjob,
+            "lost_epochs": None if lost_epochs is None else round(lost_epochs, 2),
         }
         with open(path, "a") as out:
             out.write(json.dumps(numbers) + "\n")
@@ -399,6 +410,94 @@ def test_a_deleted_worker_pod_resumes_from_the_latest_checkpoint(
     assert done["status"].get("restarts", 0) == 0
     assert done["status"]["trainerStatus"]["epoch"] == FAULT_EPOCHS - 1
     assert int(float(_metric(done, "start_epoch") or 0)) >= 1
+
+
+# Run in a worker pod's container: SIGKILL the Ray Train worker processes there (Ray names an
+# actor's process after its class), print how many. The pod and its raylet stay.
+KILL_TRAIN_WORKERS = """
+import os, signal
+killed = 0
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"RayTrainWorker" in f.read():
+                os.kill(int(pid), signal.SIGKILL)
+                killed += 1
+    except OSError:
+        pass
+print(killed)
+"""
+
+
+@pytest.mark.realpods_faults
+def test_a_training_worker_killed_mid_epoch_loses_at_most_the_epoch_in_flight(
+    real_world: RealWorld, namespace: str
+) -> None:
+    """A training worker's process SIGKILLed while it trains (no SIGTERM, no checkpoint on
+    the way out, its pod stays): Ray Train restarts the group in the same pods, and the run
+    goes on at the epoch after the last one the driver registered before the kill. Only the
+    epoch in flight is lost: within one checkpoint interval (docs/failures.md).
+
+    The positions and times come from the attempt's metrics.jsonl in MinIO: every report the
+    driver registered, with the driver's clock (the pods run on this host: the same clock).
+    """
+    cluster = real_world.cluster
+    _apply_digits(real_world, namespace, "sigkill", epochs=FAULT_EPOCHS, placement="SPREAD")
+    tj = _wait_checkpoint(real_world, namespace, "sigkill", 3)
+    workers = [
+        p
+        for p in _ray_pods(real_world, namespace, tj["status"]["rayClusterName"])
+        if p["metadata"]["labels"].get("ray.io/node-type") == "worker"
+    ]
+    victim = workers[0]["metadata"]["name"]
+    killed_at, faulted_at = time.time(), time.monotonic()
+    killed = cluster.kubectl(
+        "exec", victim, "-n", namespace, "-c", "ray-worker", "--",
+        "python", "-c", KILL_TRAIN_WORKERS,
+    ).stdout.strip()  # fmt: skip
+    assert killed == "1", f"SIGKILLed {killed} RayTrainWorker processes in {victim}, not 1"
+
+    seconds, _ = _watch_resume(real_world, namespace, "sigkill", faulted_at, TRAIN_TIMEOUT)
+    done = wait_condition(cluster, namespace, "sigkill", "Succeeded", TRAIN_TIMEOUT)
+    status = done["status"]
+    assert status.get("restarts", 0) == 0  # the same cluster, the same attempt
+    assert status["trainerStatus"]["epoch"] == FAULT_EPOCHS - 1
+
+    run_name = (
+        status["trainerStatus"].get("runName") or (status["checkpoint"]["latestURI"].split("/")[-2])
+    )
+    body = (
+        real_world.minio.client()
+        .get_object(Bucket=BUCKET, Key=f"checkpoints/{run_name}/attempt-0/metrics.jsonl")["Body"]
+        .read()
+        .decode()
+    )
+    reports = [json.loads(line) for line in body.splitlines() if line.strip()]
+    reports = [r for r in reports if "metrics" in r]
+    before = [r for r in reports if r["time"] <= killed_at]
+    after = [r for r in reports if int(float(r["metrics"]["start_epoch"])) > 0]
+    assert before and after, (len(before), len(after))
+    last = before[-1]
+    assert int(last["metrics"]["epoch"]) < FAULT_EPOCHS - 1, "training ended before the kill"
+    resumed_at = int(float(after[0]["metrics"]["start_epoch"]))
+    # Nothing the driver had registered is trained again: the run resumes after the last
+    # report before the kill (or after one the poll took just as the process died).
+    assert resumed_at >= int(last["metrics"]["epoch"]) + 1, (last, after[0])
+
+    # The work lost: the training since the checkpoint the run resumed from (epoch
+    # resumed_at - 1) until the kill, in epochs of the time the run took per epoch before it.
+    times = [r["time"] for r in before]
+    per_epoch = statistics.median(b - a for a, b in itertools.pairwise(times))
+    resumed_from = next(r for r in reports if int(r["metrics"]["epoch"]) == resumed_at - 1)
+    lost = max(0.0, killed_at - resumed_from["time"]) / per_epoch
+    _record(
+        "training worker SIGKILLed",
+        int(last["metrics"]["epoch"]),
+        resumed_at,
+        seconds,
+        new_rayjob=False,
+        lost_epochs=lost,
+    )
 
 
 @pytest.mark.realpods_faults
