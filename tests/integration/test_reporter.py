@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _clock import FakeClock
 
 from trainer_runtime.kube import KubernetesTransport
 from trainer_runtime.reporter import Reporter
@@ -30,14 +31,6 @@ spec:
 """
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 2_000_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def status(cluster: Any, namespace: str) -> dict[str, Any]:
     obj = cluster.get_json("trainjobs.raytrain.dev", "digits", "-n", namespace)
     return dict(obj.get("status") or {})
@@ -47,7 +40,7 @@ def test_reports_reach_the_status_throttled_with_the_final_outcome(
     kube_cluster: Any, namespace: str
 ) -> None:
     kube_cluster.apply(TRAINJOB, namespace=namespace)
-    clock = FakeClock()
+    clock = FakeClock(2_000_000_000.0)
     transport = KubernetesTransport(namespace, "digits", kubeconfig=str(kube_cluster.kubeconfig))
     reporter = Reporter(transport, epochs=10, min_interval=5.0, clock=clock,
                         score_attribute="accuracy", score_order="max")  # fmt: skip
@@ -79,7 +72,7 @@ def test_reports_reach_the_status_throttled_with_the_final_outcome(
 
 def test_checkpoint_request_annotation_round_trip(kube_cluster: Any, namespace: str) -> None:
     kube_cluster.apply(TRAINJOB, namespace=namespace)
-    clock = FakeClock()
+    clock = FakeClock(2_000_000_000.0)
     transport = KubernetesTransport(namespace, "digits", kubeconfig=str(kube_cluster.kubeconfig))
     reporter = Reporter(transport, epochs=10, min_interval=0, clock=clock)
     reporter.start()

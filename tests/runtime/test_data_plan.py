@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _clock import FakeClock
 
 from raytrain_contract import load_contract
 from trainer_runtime.datawait import Demand, WaitWatch, describe_wait
@@ -47,16 +48,8 @@ def test_data_plan_reads_without_a_cpu_only_when_none_is_left(
     assert plan.read_cpus == read
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_wait_watch_warns_after_the_wait_and_again_one_period_later() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     demand: Demand = [({"CPU": 1.0}, 1)]
     current = {"demand": demand}
     watch = WaitWatch(["train"], 2.0, warn_after=10, demand=lambda: current["demand"],

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 import pytest
+from _clock import FakeClock
 
 from trainer_runtime.flush import (
     COMMIT_ENV,
@@ -36,26 +37,15 @@ class Pending:
         return False
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def test_wait_returns_once_nothing_is_pending() -> None:
-    state, clock = Pending(polls=3), Clock()
+    state, clock = Pending(polls=3), FakeClock()
     assert wait_until_polled(state, timeout=10, clock=clock, sleep=clock.sleep)
     assert state.looks == 4
     assert clock.now == pytest.approx(3 * FLUSH_CHECK_S)
 
 
 def test_wait_gives_up_at_the_timeout() -> None:
-    state, clock = Pending(polls=10**9), Clock()
+    state, clock = Pending(polls=10**9), FakeClock()
     assert not wait_until_polled(state, timeout=1.0, clock=clock, sleep=clock.sleep)
     assert 1.0 <= clock.now < 1.0 + 2 * FLUSH_CHECK_S
 

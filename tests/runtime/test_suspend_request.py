@@ -11,19 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from _clock import FakeClock
+
 from raytrain_contract.timefmt import parse_rfc3339
 from trainer_runtime.reporter import RecordingTransport, Reporter
 
 REQUEST = "2033-05-18T03:33:20Z"
 REQUESTED_AT = parse_rfc3339(REQUEST).timestamp()  # type: ignore[union-attr]
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _trainer(sink: RecordingTransport) -> dict[str, Any]:
@@ -32,7 +26,7 @@ def _trainer(sink: RecordingTransport) -> dict[str, Any]:
 
 
 def test_a_checkpoint_in_the_request_second_answers_it() -> None:
-    clock = Clock(REQUESTED_AT + 0.4)
+    clock = FakeClock(REQUESTED_AT + 0.4)
     job: dict[str, Any] = {"metadata": {"annotations": {}}}
     sink = RecordingTransport(trainjob=job)
     r = Reporter(sink, min_interval=0, clock=clock)
@@ -49,7 +43,7 @@ def test_a_checkpoint_in_the_request_second_answers_it() -> None:
 
 
 def test_a_request_newer_than_every_checkpoint_is_still_waited_on() -> None:
-    clock = Clock(REQUESTED_AT - 30)
+    clock = FakeClock(REQUESTED_AT - 30)
     job: dict[str, Any] = {"metadata": {"annotations": {}}}
     sink = RecordingTransport(trainjob=job)
     r = Reporter(sink, min_interval=0, clock=clock)

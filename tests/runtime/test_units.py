@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _clock import FakeClock
 
 from raytrain_contract import ContractError
 from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
@@ -20,14 +21,6 @@ from trainer_runtime.reporter import (
 )
 
 pytestmark = pytest.mark.runtime
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # -- entrypoint ------------------------------------------------------------------------------------
@@ -137,7 +130,7 @@ def test_patch_body_has_only_the_runtime_fields() -> None:
 
 
 def test_reporter_throttles_and_always_sends_the_last_report() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_000_000.0)
     sink = RecordingTransport()
     r = Reporter(sink, epochs=10, min_interval=5.0, clock=clock, sleep=lambda _: None,
                  score_attribute="accuracy", score_order="max")  # fmt: skip
@@ -158,7 +151,7 @@ def test_reporter_throttles_and_always_sends_the_last_report() -> None:
 
 
 def test_a_pending_report_goes_out_on_tick_once_due() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_000_000.0)
     sink = RecordingTransport()
     r = Reporter(sink, min_interval=5.0, clock=clock)
     r.start()

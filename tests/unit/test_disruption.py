@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _clock import FakeClock
 from _factories import meta, trainjob
 from test_status_machine import cond, rayjob, run, status_after
 from test_triage import container, pod
@@ -234,21 +235,10 @@ ENV = {
 }
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def test_the_hook_drains_its_node_with_a_deadline_and_waits_for_the_worker() -> None:
     gcs = FakeGcs({"10.0.0.7": "abc123"})
     addresses: list[str] = []
-    clock = Clock()
+    clock = FakeClock(1000.0)
     busy_until = 1030.0
 
     def factory(address: str) -> FakeGcs:
@@ -267,14 +257,14 @@ def test_the_hook_drains_its_node_with_a_deadline_and_waits_for_the_worker() -> 
 
 def test_the_hook_gives_up_at_the_deadline() -> None:
     gcs = FakeGcs({"10.0.0.7": "abc123"})
-    clock = Clock()
+    clock = FakeClock(1000.0)
     said = drain.run(ENV, lambda _: gcs, busy=lambda: True, clock=clock, sleep=clock.sleep)
     assert clock.now == 1110.0 and "still running at the deadline" in said
 
 
 def test_the_hook_returns_at_once_without_a_train_worker_or_when_refused() -> None:
     gcs = FakeGcs({"10.0.0.7": "abc123"}, accept=False)
-    clock = Clock()
+    clock = FakeClock(1000.0)
     said = drain.run(ENV, lambda _: gcs, busy=lambda: False, clock=clock, sleep=clock.sleep)
     assert gcs.drained == [] and "nothing to drain" in said
     said = drain.run(ENV, lambda _: gcs, busy=lambda: True, clock=clock, sleep=clock.sleep)
@@ -285,7 +275,7 @@ def test_the_hook_never_fails_the_delete() -> None:
     def broken(address: str) -> FakeGcs:
         raise ConnectionError("GCS unreachable")
 
-    clock = Clock()
+    clock = FakeClock(1000.0)
     said = drain.run(ENV, broken, busy=lambda: True, clock=clock, sleep=clock.sleep)
     assert "ConnectionError" in said
     assert "not a KubeRay worker" in drain.run({}, broken, busy=lambda: True)
@@ -356,7 +346,7 @@ def test_the_head_hook_records_an_eviction_and_not_a_plain_delete() -> None:
 
 def test_a_plain_delete_is_not_drained() -> None:
     gcs = FakeGcs({"10.0.0.7": "abc123"})
-    clock = Clock()
+    clock = FakeClock(1000.0)
     said = drain.run(
         ENV, lambda _: gcs, busy=lambda: True, clock=clock, sleep=clock.sleep,
         disrupted=lambda: False,

@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 import pytest
+from _clock import FakeClock
 from kubernetes.client.exceptions import ApiException
 
 from raytrain_operator import uninstall
@@ -97,20 +98,9 @@ def trainjob(namespace: str, name: str, *finalizers: str) -> dict[str, Any]:
     }
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def run(api: FakeApi, mode: str, namespaces: list[str] | None = None) -> tuple[int, list[str]]:
     lines: list[str] = []
-    clock = Clock()
+    clock = FakeClock()
     code = Uninstaller(
         api,
         Options(mode, namespaces or [], 10.0),
@@ -264,7 +254,7 @@ class OperatorReAdding(FakeApi):
 
 def run_with_operator(api: OperatorReAdding, apps: FakeApps, mode: str) -> tuple[int, list[str]]:
     lines: list[str] = []
-    clock = Clock()
+    clock = FakeClock()
     options = Options(mode, [], 10.0, operator=("raytrain-system", "rt-raytrain-operator"))
     code = Uninstaller(
         api, options, apps=apps, out=lines.append, clock=clock, sleep=clock.sleep
