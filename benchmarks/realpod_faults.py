@@ -15,10 +15,10 @@ Columns: the fault; the last epoch the TrainJob's status showed when the fault w
 (a lower bound of the epoch in flight: reports come at most every 5 s); the epoch the resumed
 run started at; epochs redone relative to that report; the checkpoint interval (digits
 checkpoints every epoch); seconds from the fault to the resumed run's first report (which
-comes after its first epoch); whether a new RayJob (attempt) was needed. Work lost, where the
-test can tell (the SIGKILLed training worker: from the run's metrics.jsonl), is the training
-from the checkpoint the run resumed from to the fault, in epochs: at most one checkpoint interval
-is the goal; "-" where the test sees only the status.
+comes after its first epoch); whether a new RayJob (attempt) was needed; where the test can
+tell (the SIGKILLed training worker, from the run's metrics.jsonl and the bucket), the
+checkpoints written but never registered: trained, then lost with the fault ("-" elsewhere).
+For that fault the reported epoch is the last one the driver registered before the kill.
 """
 
 from __future__ import annotations
@@ -83,12 +83,12 @@ def main(argv: list[str] | None = None) -> int:
 def print_table(rows: list[dict[str, object]]) -> None:
     print(
         "| fault | reported epoch at fault | resumed at epoch | epochs redone "
-        "| work lost (epochs) | checkpoint interval (epochs) | s to first resumed report "
+        "| checkpoints never registered | checkpoint interval (epochs) | s to first resumed report "
         "| new attempt |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        lost = r.get("lost_epochs")
+        lost = r.get("checkpoints_never_registered")
         print(
             f"| {r['fault']} | {r['reported_epoch_at_fault']} | {r['resumed_at_epoch']} "
             f"| {r['epochs_redone']} | {'-' if lost is None else lost} "
