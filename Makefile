@@ -82,14 +82,15 @@ lint: install
 # --durations: the log of every run names its slowest tests, CI's included. TEST_MARKERS
 # leaves out what only `make test-faults`, `make test-pending` and a benchmark run (tests/integration/
 # conftest.py and pyproject.toml name the markers).
-TEST_MARKERS ?= not realpods_pending and not realpods_preemption and not realpods_second_cluster and not realpods_bench
+TEST_MARKERS ?= not realpods_pending and not realpods_preemption and not realpods_second_cluster and not realpods_bench and not realpods_sigkill
 test: install prereqs lint
 	$(NETNS) $(PYTHON) -m pytest --durations=40 -m '$(TEST_MARKERS)' $(PYTEST_ARGS)
 
 # The real-pod fault tests alone (docs/real-node.md): `make test` runs the deleted worker pod
 # with the rest; the deleted head pod, the suspend and resume and the node that takes the pods
-# away (marker realpods_second_cluster) and the evictions and the drain of
-# test_realpods_preemption.py (marker realpods_preemption) run only here.
+# away (marker realpods_second_cluster), the SIGKILLed training worker (realpods_sigkill) and
+# the evictions and the drain of test_realpods_preemption.py (marker realpods_preemption) run
+# only here.
 test-faults: install prereqs
 	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py tests/integration/test_realpods_preemption.py tests/integration/test_realpods_triage.py
 

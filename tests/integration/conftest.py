@@ -245,6 +245,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "realpods_sigkill: a training worker's process SIGKILLed on real pods (about 5 minutes "
+        "on a loaded machine): make test-faults runs it, make test leaves it out to stay within "
+        "CI's time",
+    )
+    config.addinivalue_line(
+        "markers",
         "realpods_bench: the runtime against torchrun on real pods, a benchmark "
         "(benchmarks/realpod_runtime_vs_torchrun.py runs it; make test leaves it out)",
     )

@@ -430,6 +430,7 @@ print(killed, time.time())
 
 
 @pytest.mark.realpods_faults
+@pytest.mark.realpods_sigkill
 def test_a_training_worker_sigkilled_mid_epoch_resumes_after_the_last_registered_epoch(
     real_world: RealWorld, namespace: str
 ) -> None:
