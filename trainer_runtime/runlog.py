@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 from typing import Any, TextIO
 
-from trainer_runtime.failure import without_runtime_frames
+from trainer_runtime.failure import traceback_text
 from trainer_runtime.reporter import finished_epoch
 
 log = logging.getLogger("trainer_runtime.runlog")
@@ -307,10 +307,7 @@ def worker_error_text(exc: BaseException, lines: int = TRACEBACK_LINES) -> str:
     """
     base = getattr(exc, "_base_exc", None)
     inner = base if isinstance(base, BaseException) else exc
-    tb_text = getattr(exc, "_traceback_str", None)
-    if not isinstance(tb_text, str) or not tb_text.strip():
-        tb_text = "".join(traceback.format_exception(type(inner), inner, inner.__traceback__))
-    tb_lines = without_runtime_frames(tb_text).rstrip("\n").splitlines()
+    tb_lines = traceback_text(exc).rstrip("\n").splitlines()
     kept = tb_lines[-lines:]
     if len(tb_lines) > len(kept):
         kept.insert(0, f"[... {len(tb_lines) - len(kept)} earlier traceback lines left out ...]")
