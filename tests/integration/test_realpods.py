@@ -140,6 +140,17 @@ def _checkpoints(world: RealWorld, run_name: str) -> set[str]:
     return {p[2] for p in parts if len(p) > 3 and p[2].startswith("checkpoint_")}
 
 
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a JSON-lines file another process is still appending to."""
+    out: list[dict[str, Any]] = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            break  # a line still being written
+    return out
+
+
 def _metric(tj: dict[str, Any], name: str) -> str | None:
     for m in tj.get("status", {}).get("trainerStatus", {}).get("metrics", []):
         if m.get("name") == name:
@@ -357,6 +368,29 @@ def _watch_resume(
     return time.monotonic() - faulted_at, _start_epoch(tj)
 
 
+def _assert_same_attempt(
+    world: RealWorld, namespace: str, name: str, before: dict[str, Any]
+) -> dict[str, Any]:
+    """The TrainJob still runs its first attempt: the RayJob it had before a fault, no retry
+    counted, and its Running condition true."""
+    now = _trainjob(world, namespace, name)
+    status = now["status"]
+    assert status.get("restarts", 0) == 0, status
+    assert status["rayJobName"] == before["status"]["rayJobName"], status
+    running = condition(now, "Running")
+    assert running and running["status"] == "True", status.get("conditions")
+    return now
+
+
+def _end(world: RealWorld, namespace: str, name: str) -> None:
+    """Delete a TrainJob whose run the test no longer needs, and wait until it is gone: its
+    pods stop at once (a deleted pod without a disruption skips the drain) and do not hold the
+    real node's CPUs into the next test."""
+    world.cluster.kubectl(
+        "delete", "trainjob", name, "-n", namespace, "--wait=true", "--timeout=120s", timeout=180
+    )
+
+
 def _wait_checkpoint(world: RealWorld, namespace: str, name: str, count: int) -> dict[str, Any]:
     return wait_for(
         lambda: (
@@ -402,13 +436,11 @@ def test_a_deleted_worker_pod_resumes_from_the_latest_checkpoint(
     # (every epoch is checkpointed), not from an earlier one.
     assert resumed_at >= before + 1, (before, resumed_at)
     _record("worker pod deleted", before, resumed_at, seconds, new_rayjob=False)
-
-    done = wait_condition(cluster, namespace, "worker-kill", "Succeeded", TRAIN_TIMEOUT)
-    # Ray Train restarted the worker group inside the same cluster (failure.maxFailures), so no
-    # new RayJob was needed, and the group went on from a checkpoint, not from epoch 0.
-    assert done["status"].get("restarts", 0) == 0
-    assert done["status"]["trainerStatus"]["epoch"] == FAULT_EPOCHS - 1
-    assert int(float(_metric(done, "start_epoch") or 0)) >= 1
+    # Ray Train restarted the worker group inside the same cluster (failure.maxFailures): the
+    # resumed run reports through the same RayJob, and no retry is counted. The run is not
+    # trained on to its end: the tests of make test-faults take theirs to Succeeded.
+    _assert_same_attempt(real_world, namespace, "worker-kill", tj)
+    _end(real_world, namespace, "worker-kill")
 
 
 # Run in a worker pod's container: SIGKILL the Ray Train worker processes there (Ray titles an
@@ -911,17 +943,26 @@ def test_the_resumable_example_goes_on_at_its_saved_batch_after_a_worker_pod_is_
         ]
         cluster.kubectl("delete", "pod", workers[0]["metadata"]["name"], "-n", namespace,
                         "--wait=false")  # fmt: skip
-        done = wait_condition(cluster, namespace, "resumable", "Succeeded", TRAIN_TIMEOUT)
-        assert done["status"].get("restarts", 0) == 0  # the same cluster, the same attempt
-        assert done["status"]["trainerStatus"]["epoch"] == RESUMABLE_EPOCHS - 1
 
-        (log,) = share.glob("*/attempt-0/metrics.jsonl")
-        reports = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-        reports = [r["metrics"] for r in reports if "metrics" in r]
-        starts = [(int(r["start_epoch"]), int(r["start_batch"])) for r in reports]
+        def after_a_restart() -> tuple[list[dict[str, Any]], list[tuple[int, int]]] | None:
+            logs = list(share.glob("*/attempt-0/metrics.jsonl"))
+            if not logs:
+                return None
+            reports = [r["metrics"] for r in _json_lines(logs[0]) if "metrics" in r]
+            starts = [(int(r["start_epoch"]), int(r["start_batch"])) for r in reports]
+            moved = any(starts[i] != starts[i - 1] for i in range(1, len(starts)))
+            return (reports, starts) if moved else None
+
+        # The run is followed until the restarted group has reported, not to its end.
+        reports, starts = wait_for(
+            after_a_restart,
+            timeout=TRAIN_TIMEOUT,
+            what="a report of the restarted worker group in metrics.jsonl",
+            interval=2.0,
+        )
+        _assert_same_attempt(real_world, namespace, "resumable", tj)
         assert starts[0] == (0, 0), starts[:3]
         restarts = [i for i in range(1, len(starts)) if starts[i] != starts[i - 1]]
-        assert restarts, "no report after a restart: the delete hit no training worker"
         for i in restarts:
             saved = reports[i - 1]
             # Where the last registered checkpoint stood: the batch after it, in the same
@@ -1115,5 +1156,6 @@ def test_a_pod_of_another_namespace_cannot_use_the_training_clusters_head(
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
         cluster.kubectl("delete", "pod", "neighbour", "impostor", "-n", namespace, check=False)
 
-    done = wait_condition(cluster, namespace, "guarded", "Succeeded", TRAIN_TIMEOUT)
-    assert done["status"]["trainerStatus"]["epoch"] == FAULT_EPOCHS - 1
+    # The probes did not disturb the run: the same attempt still trains.
+    _assert_same_attempt(real_world, namespace, "guarded", tj)
+    _end(real_world, namespace, "guarded")
