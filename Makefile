@@ -83,8 +83,9 @@ lint: install
 # leaves out what only `make test-faults`, `make test-pending` and a benchmark run (tests/integration/
 # conftest.py and pyproject.toml name the markers).
 TEST_MARKERS ?= not realpods_pending and not realpods_preemption and not realpods_second_cluster and not realpods_bench and not realpods_sigkill
+# scripts/test.sh runs tests/integration and the tests that need no cluster side by side.
 test: install prereqs lint
-	$(NETNS) $(PYTHON) -m pytest --durations=40 -m '$(TEST_MARKERS)' $(PYTEST_ARGS)
+	PYTHON='$(PYTHON)' bash scripts/test.sh '$(TEST_MARKERS)' $(PYTEST_ARGS)
 
 # The real-pod fault tests alone (docs/real-node.md): `make test` runs the deleted worker pod
 # with the rest; the deleted head pod, the suspend and resume and the node that takes the pods
