@@ -101,7 +101,7 @@ def wrap_loop(
     Ray Train calls a training function with the config or with nothing, by its signature, so
     a wrapper must keep it; ``run()`` calls ``train_fn`` with what the wrapper was given. A
     failure message leaves out the frames of this wrapper and of the known ``around`` functions
-    (``failure.RUNTIME_FRAMES``), so a new one goes there too.
+    (``raytrain_contract.frames.RUNTIME_FRAMES``), so a new one goes there too.
     """
     name = getattr(train_fn, "__name__", "train_loop")
     if inspect.signature(train_fn).parameters:

@@ -21,25 +21,14 @@ import re
 import traceback
 from collections.abc import Mapping
 
+from raytrain_contract.frames import without_runtime_frames
+
 #: The status message limit of the runtime (reporter.py) and of the operator's conditions.
 MESSAGE_LIMIT = 4000
 #: Traceback lines kept (its end: the raise and the frames that led to it).
 TRACEBACK_LINES = 12
 TRACEBACK_HEAD = "Traceback (most recent call last):"
 _SNIPPET = re.compile(r"\[Rank [\d, ]+ Error Snippet\]:\n")
-#: The runtime's own wrappers around the training function (``entrypoint.wrap_loop`` and what
-#: it wraps with: ``flush.flushed_before_raising``, ``resume.with_seed``), by file and function.
-#: Their frames sit between Ray's call and the user's code in every worker's traceback; left in,
-#: they take the place of the user's frames among the few lines a status message keeps.
-RUNTIME_FRAMES = frozenset(
-    {
-        ("trainer_runtime/entrypoint.py", "loop"),
-        ("trainer_runtime/entrypoint.py", "loop_with_config"),
-        ("trainer_runtime/flush.py", "guarded"),
-        ("trainer_runtime/resume.py", "seeded"),
-    }
-)
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<name>\S+)\s*$')
 
 
 def type_name(exc: BaseException) -> str:
@@ -86,26 +75,6 @@ def _snippet(outer: BaseException) -> str | None:
         if TRACEBACK_HEAD in part:
             return part[part.index(TRACEBACK_HEAD) :]
     return None
-
-
-def _runtime_frame(path: str, name: str) -> bool:
-    return ("/".join(path.replace("\\", "/").split("/")[-2:]), name) in RUNTIME_FRAMES
-
-
-def without_runtime_frames(text: str) -> str:
-    """`text` without the frames of the runtime's wrappers (`RUNTIME_FRAMES`): each such frame's
-    `File ...` line and the indented lines under it (its source line, Python's ^^^ marks)."""
-    kept: list[str] = []
-    hiding = False
-    for line in text.splitlines(keepends=True):
-        frame = _FRAME.match(line)
-        if frame is not None:
-            hiding = _runtime_frame(frame["file"], frame["name"])
-        elif not (hiding and line.startswith("    ")):
-            hiding = False
-        if not hiding:
-            kept.append(line)
-    return "".join(kept)
 
 
 def traceback_text(exc: BaseException, outer: BaseException | None = None) -> str:

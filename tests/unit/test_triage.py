@@ -13,6 +13,7 @@ from raytrain_operator.status.triage import (
     RetryPolicy,
     classify,
     exception_type,
+    last_traceback_lines,
     replica_failure_events,
     retry_decision,
 )
@@ -211,6 +212,41 @@ def test_user_exception_has_type_and_last_traceback_lines() -> None:
     assert 'y = batch["label"]' in t.message and 'train.py", line 41' in t.message
     assert not t.infrastructure
     assert retry_decision(t.failure_class, None) is False
+
+
+#: KubeRay's message for a failed driver quotes the end of its log: here Ray's traceback of a
+#: worker whose loop raised, through the runtime's wrappers (entrypoint.wrap_loop around
+#: flush.flushed_before_raising and resume.with_seed), as the driver printed it on real pods.
+DRIVER_LOG_WITH_WRAPPERS = """Job failed due to an application error, last available logs:
+ray.train.v2.api.exceptions.WorkerGroupError: Training failed due to worker errors:
+[Rank 0 Error Snippet]:
+Traceback (most recent call last):
+  File "/usr/lib/python3/dist-packages/ray/train/v2/_internal/util.py", line 210, in __call__
+    return self.fn(*args, **kwargs)
+  File "/app/trainer_runtime/entrypoint.py", line 110, in loop_with_config
+    return around(functools.partial(train_fn, config))
+  File "/app/trainer_runtime/flush.py", line 117, in guarded
+    return run()
+  File "/app/trainer_runtime/entrypoint.py", line 110, in loop_with_config
+    return around(functools.partial(train_fn, config))
+  File "/app/trainer_runtime/resume.py", line 88, in seeded
+    return run()
+  File "/app/examples/digits/train.py", line 52, in train_loop_per_worker
+    model = build_model(int(config["hidden"]))
+                        ^^^^^^^^^^^^^^^^^^^^^
+ValueError: invalid literal for int() with base 10: 'wide'"""
+
+
+def test_a_quoted_driver_traceback_leaves_out_the_runtimes_wrapper_frames() -> None:
+    """The operator's own quote of KubeRay's message keeps the traceback's head and the user's
+    frames, not the runtime's wrappers, within the lines it keeps."""
+    lines = last_traceback_lines(DRIVER_LOG_WITH_WRAPPERS)
+    assert lines.startswith("Traceback (most recent call last):"), lines
+    assert "ray/train/v2/_internal/util.py" in lines and 'train.py", line 52' in lines
+    assert "trainer_runtime/" not in lines, lines
+    t = classify_(rayjob_status=RAYJOB_FAILED | {"message": DRIVER_LOG_WITH_WRAPPERS}, report={})
+    assert t.reason == "UserException" and t.exception == "ValueError"
+    assert "trainer_runtime/" not in t.message and "Traceback" in t.message
 
 
 def test_the_runtimes_one_line_message_still_names_the_exception() -> None:

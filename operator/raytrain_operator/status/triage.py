@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypedDict
 
+from raytrain_contract.frames import without_runtime_frames
+
 
 class FailureClass(str, Enum):
     OOM_KILLED = "OOMKilled"
@@ -406,9 +408,11 @@ def unschedulable_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def last_traceback_lines(text: str, count: int = TRACEBACK_LINES) -> str:
-    """The last `count` non-empty lines of the last traceback in `text`, else of `text`."""
+    """The last `count` non-empty lines of the last traceback in `text`, else of `text`,
+    without the frames of the runtime's wrappers around the training function (the runtime's
+    report leaves them out too)."""
     at = text.rfind("Traceback (most recent call last):")
-    body = text[at:] if at >= 0 else text
+    body = without_runtime_frames(text[at:] if at >= 0 else text)
     lines = [line for line in body.splitlines() if line.strip()]
     return "\n".join(lines[-count:])
 
@@ -419,6 +423,14 @@ def exception_type(text: str) -> str | None:
     text = _WRAPPER.sub("", text)
     at = text.rfind("Traceback (most recent call last):")
     if at >= 0:
+        # The exception's line is the first one after the frames that is not indented: what
+        # follows it (KubeRay puts the RayJob's reason after the quoted log) names no exception.
+        for line in text[at:].splitlines()[1:]:
+            if line.strip() and not line.startswith((" ", "\t")):
+                found = _TRACEBACK_END.match(line.strip())
+                if found:
+                    return found.group(1)
+                break
         for line in reversed(text[at:].splitlines()):
             found = _TRACEBACK_END.match(line.strip())
             if found and not line.startswith((" ", "\t")):
