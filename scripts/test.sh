@@ -63,7 +63,14 @@ local_pid=$!
 echo "== the local tests (${local_tests[*]}) run beside the cluster tests; their output: $log"
 "${netns[@]}" "$py" -m pytest --durations=40 -m "$markers" "${cluster[@]}" &
 cluster_pid=$!
-stop() { kill -TERM -- "-$local_pid" "-$cluster_pid" 2>/dev/null; }
+# SIGINT, as a terminal sends it: pytest then runs its fixtures' teardown (the cluster stops).
+stop() {
+  kill -INT -- "-$local_pid" "-$cluster_pid" 2>/dev/null
+  wait
+  echo "== interrupted; the local tests' output:"
+  cat "$log"
+  rm -f "$log"
+}
 trap 'stop; exit 130' INT
 trap 'stop; exit 143' TERM
 
