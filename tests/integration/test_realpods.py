@@ -370,7 +370,7 @@ def _watch_resume(
 
 def _assert_same_attempt(
     world: RealWorld, namespace: str, name: str, before: dict[str, Any]
-) -> dict[str, Any]:
+) -> None:
     """The TrainJob still runs its first attempt: the RayJob it had before a fault, no retry
     counted, and its Running condition true."""
     now = _trainjob(world, namespace, name)
@@ -379,7 +379,6 @@ def _assert_same_attempt(
     assert status["rayJobName"] == before["status"]["rayJobName"], status
     running = condition(now, "Running")
     assert running and running["status"] == "True", status.get("conditions")
-    return now
 
 
 def _end(world: RealWorld, namespace: str, name: str) -> None:

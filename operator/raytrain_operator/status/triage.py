@@ -423,15 +423,16 @@ def exception_type(text: str) -> str | None:
     text = _WRAPPER.sub("", text)
     at = text.rfind("Traceback (most recent call last):")
     if at >= 0:
+        lines = text[at:].splitlines()
         # The exception's line is the first one after the frames that is not indented: what
         # follows it (KubeRay puts the RayJob's reason after the quoted log) names no exception.
-        for line in text[at:].splitlines()[1:]:
+        for line in lines[1:]:
             if line.strip() and not line.startswith((" ", "\t")):
                 found = _TRACEBACK_END.match(line.strip())
                 if found:
                     return found.group(1)
                 break
-        for line in reversed(text[at:].splitlines()):
+        for line in reversed(lines):
             found = _TRACEBACK_END.match(line.strip())
             if found and not line.startswith((" ", "\t")):
                 return found.group(1)
