@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -15,6 +16,24 @@ _PAUSE = threading.Event()
 
 class WaitTimeout(AssertionError):
     """The condition did not hold before the deadline."""
+
+
+#: Checks every wait runs between its polls, at most once per GUARD_INTERVAL seconds. A fixture
+#: installs one (``guarded``) that raises when something every wait depends on is broken (the
+#: chart's operator pod crash-looping), so each wait fails at once and names the cause instead
+#: of running to its own deadline.
+_GUARDS: list[Callable[[], None]] = []
+GUARD_INTERVAL = 10.0
+
+
+@contextmanager
+def guarded(check: Callable[[], None]) -> Iterator[None]:
+    """Run ``check`` from every ``wait_for`` inside the block; it raises to end the wait."""
+    _GUARDS.append(check)
+    try:
+        yield
+    finally:
+        _GUARDS.remove(check)
 
 
 def wait_for(
@@ -32,6 +51,7 @@ def wait_for(
     "not yet"; any other exception propagates at once.
     """
     deadline = time.monotonic() + timeout
+    guarded_at = time.monotonic()
     last: object = None
     while True:
         try:
@@ -42,6 +62,10 @@ def wait_for(
             if value:
                 return value
             last = value
+        if _GUARDS and time.monotonic() - guarded_at >= GUARD_INTERVAL:
+            guarded_at = time.monotonic()
+            for check in list(_GUARDS):
+                check()
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise WaitTimeout(

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ NODE_IP = "10.245.0.1"  # e2e/realnode/node.sh
 NODE_TAINT_KEY = "raytrain.dev/real-node"
 SYSTEM_NS = "raytrain-system"
 RELEASE = "raytrain"
+OPERATOR_SELECTOR = "app.kubernetes.io/name=raytrain-operator"
 BUCKET = "raytrain"
 MINIO_USER, MINIO_PASSWORD = "raytrain", "raytrain-secret"
 
@@ -266,13 +268,64 @@ def install_chart(cluster: KubeCluster, images: Images) -> None:
     )
     if proc.returncode != 0:
         pods = cluster.kubectl("get", "pods", "-n", SYSTEM_NS, "-o", "wide", check=False).stdout
-        logs = cluster.kubectl(
-            "logs", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/name=raytrain-operator",
-            "--tail=40", check=False,
-        ).stdout  # fmt: skip
+        logs = [
+            cluster.kubectl(
+                "logs", "-n", SYSTEM_NS, "-l", OPERATOR_SELECTOR, "--tail=40", *previous,
+                check=False,
+            ).stdout
+            for previous in ((), ("--previous",))
+        ]  # fmt: skip
         raise AssertionError(
-            f"helm install failed ({proc.returncode}): {proc.stderr[-2000:]}\n{pods}\n{logs}"
+            f"helm install failed ({proc.returncode}): {proc.stderr[-2000:]}\n{pods}\n"
+            f"operator log:\n{logs[0]}\nlog of its previous container (if it restarted):\n"
+            f"{logs[1]}"
         )
+
+
+class OperatorRestarted(AssertionError):
+    """The chart's operator pod restarted while the tests waited on it."""
+
+
+def _restarts(pod: dict[str, Any]) -> int:
+    return sum(c.get("restartCount", 0) for c in pod.get("status", {}).get("containerStatuses", []))
+
+
+def operator_restart_check(cluster: KubeCluster) -> Callable[[], None]:
+    """A check for ``_wait.guarded``: it raises ``OperatorRestarted`` once a container of the
+    chart's operator pod has restarted since this call, naming how it ended and quoting the end
+    of its log. Every TrainJob of the real-pod tests waits on that operator, so a crash loop
+    would otherwise cost each wait its whole deadline and leave only timeouts to read."""
+
+    def pods() -> list[dict[str, Any]] | None:
+        proc = cluster.kubectl(
+            "get", "pods", "-n", SYSTEM_NS, "-l", OPERATOR_SELECTOR, "-o", "json", check=False
+        )
+        if proc.returncode != 0:
+            return None  # the API server is restarting, say: not the operator's fault
+        items: list[dict[str, Any]] = json.loads(proc.stdout)["items"]
+        return items
+
+    baseline = {p["metadata"]["name"]: _restarts(p) for p in pods() or []}
+
+    def check() -> None:
+        for pod in pods() or []:
+            name = pod["metadata"]["name"]
+            if _restarts(pod) <= baseline.get(name, 0):
+                continue
+            ended = [
+                c.get("lastState", {}).get("terminated", {})
+                for c in pod.get("status", {}).get("containerStatuses", [])
+            ]
+            log = cluster.kubectl(
+                "logs", "-n", SYSTEM_NS, name, "--previous", "--tail=60", check=False
+            )
+            raise OperatorRestarted(
+                f"the operator pod {SYSTEM_NS}/{name} restarted ({_restarts(pod)} restarts; "
+                f"how its container ended: {ended}); the log of the container that ended:\n"
+                f"{log.stdout or log.stderr}"
+            )
+
+    return check
 
 
 def trainjob_on_real_node(

@@ -56,24 +56,30 @@ def _node_binaries() -> set[str]:
     }
 
 
-def _running(binaries: set[str]) -> list[str]:
-    """'pid binary' of every process running one of ``binaries``."""
+def _running(binaries: set[str], *, anywhere: bool = False) -> list[str]:
+    """'pid binary' of every process running one of ``binaries`` in this network namespace,
+    where the node runs (or on the whole host, with ``anywhere``). Processes of other
+    namespaces are not this node's: `make test` runs the tests that need no cluster beside
+    these, and tests/images starts a containerd of its own from the same binary."""
+    here = os.readlink("/proc/self/ns/net")
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             exe = os.readlink(proc / "exe")
+            if exe in binaries and (anywhere or os.readlink(proc / "ns" / "net") == here):
+                found.append(f"{proc.name} {exe}")
         except OSError:
             continue
-        if exe in binaries:
-            found.append(f"{proc.name} {exe}")
     return found
 
 
 # Read at collection, before the session starts the cluster: the host's values before `up`
-# (None when a node was already running then, so they may already be the kubelet's).
-SYSCTLS_BEFORE_UP = None if _running(_node_binaries()) else _sysctls()
+# (None when a kubelet already ran then, anywhere on the host: it sets these sysctls, and they
+# are the host's, not a namespace's).
+_KUBELETS = {b for b in _node_binaries() if b.endswith("/kubelet")}
+SYSCTLS_BEFORE_UP = None if _running(_KUBELETS, anywhere=True) else _sysctls()
 
 
 def _run(*cmd: str) -> str:

@@ -32,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _wait import wait_for
+from _wait import guarded, wait_for
 from conftest import REPO, KubeCluster
 from realpods import (
     BUCKET,
     DRA_DRIVER,
     NODE,
     ON_REAL_NODE,
+    OPERATOR_SELECTOR,
     SYSTEM_NS,
     Images,
     Minio,
@@ -50,6 +51,7 @@ from realpods import (
     import_archive,
     import_images,
     install_chart,
+    operator_restart_check,
     pods_of,
     shared_volume,
     start_minio,
@@ -94,13 +96,16 @@ def real_world(kube_cluster: KubeCluster) -> Iterator[RealWorld]:
     try:
         expose_minio(kube_cluster, minio)
         install_chart(kube_cluster, images)
-        yield RealWorld(kube_cluster, images, minio)
+        # Every test here waits on the chart's operator: should its pod crash, the waits end
+        # with its exit and log instead of at their deadlines.
+        with guarded(operator_restart_check(kube_cluster)):
+            yield RealWorld(kube_cluster, images, minio)
     finally:
         # The chart's operator watches every namespace: stop it, so that the tests after this
         # module see only the operators they start themselves.
         kube_cluster.kubectl(
             "delete", "deployment", "-n", SYSTEM_NS,
-            "-l", "app.kubernetes.io/name=raytrain-operator", "--wait=true", "--timeout=120s",
+            "-l", OPERATOR_SELECTOR, "--wait=true", "--timeout=120s",
             check=False, timeout=180,
         )  # fmt: skip
         minio.stop()
@@ -159,13 +164,15 @@ def _metric(tj: dict[str, Any], name: str) -> str | None:
 
 
 def test_the_operator_runs_as_a_pod_on_the_real_node(real_world: RealWorld) -> None:
-    pods = pods_of(real_world.cluster, SYSTEM_NS, "app.kubernetes.io/name=raytrain-operator")
+    pods = pods_of(real_world.cluster, SYSTEM_NS, OPERATOR_SELECTOR)
     assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
     pod = pods[0]
     assert pod["spec"]["nodeName"] == NODE
     assert pod["status"]["phase"] == "Running"
     (container,) = pod["status"]["containerStatuses"]
+    # Ready is the chart's readiness probe: kopf ran its start-up handlers and serves /healthz.
     assert container["ready"] is True
+    assert container["restartCount"] == 0, container.get("lastState")
     assert container["image"].endswith(real_world.images.operator_image.split("/", 1)[1])
 
 

@@ -197,6 +197,9 @@ def test_deployment_runs_one_replica_that_peers(default: list[dict[str, Any]]) -
         "health": 8081,
     }
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    # Ready only once kopf serves /healthz (after the start-up handlers), not when the process
+    # starts: `helm install --wait` and GitOps health checks read it.
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
     assert pod["serviceAccountName"] == one(default, "ServiceAccount")["metadata"]["name"]
 
