@@ -282,6 +282,20 @@ def install_chart(cluster: KubeCluster, images: Images) -> None:
         )
 
 
+def _host_operators() -> list[str]:
+    """Command lines of the operator processes on this host: the pod's own, and any a test
+    started and left behind."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"raytrain_operator" in args and b"-m" in args:
+            found.append(" ".join(a.decode(errors="replace") for a in args if a))
+    return found
+
+
 class OperatorRestarted(AssertionError):
     """The chart's operator pod restarted while the tests waited on it."""
 
@@ -319,10 +333,15 @@ def operator_restart_check(cluster: KubeCluster) -> Callable[[], None]:
             log = cluster.kubectl(
                 "logs", "-n", SYSTEM_NS, name, "--previous", "--tail=60", check=False
             )
+            # Who else shares the peering object: a live peer of higher priority pauses it.
+            peers = cluster.kubectl(
+                "get", "clusterkopfpeerings", "-o", "jsonpath={.items[*].status}", check=False
+            )
             raise OperatorRestarted(
                 f"the operator pod {SYSTEM_NS}/{name} restarted ({_restarts(pod)} restarts; "
                 f"how its container ended: {ended}); the log of the container that ended:\n"
-                f"{log.stdout or log.stderr}"
+                f"{log.stdout or log.stderr}\npeers: {peers.stdout or peers.stderr}\n"
+                f"operator processes on the host: {_host_operators()}"
             )
 
     return check
