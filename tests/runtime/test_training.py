@@ -90,7 +90,7 @@ def test_killed_worker_resumes_from_latest_checkpoint_and_a_rerun_resumes_too(
     # The worker error is reported while the run goes on (phase Running, message set). It comes
     # from Ray Train's controller, the epochs from rank 0 through the report queue: on a busy
     # machine the error can reach the status before epoch 1's report does.
-    errors = [ts for ts in first_group if ts["message"].startswith("worker ")]
+    errors = [ts for ts in first_group if (ts.get("message") or "").startswith("worker ")]
     assert errors and {ts["phase"] for ts in errors} == {"Running"}, first_group
     # The worker died as epoch 2 began, right after reporting epoch 1's checkpoint. No rank
     # trains past a checkpoint before Ray Train's controller has taken its report
