@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 from _wait import wait_for
-from conftest import CLUSTER_SH, REPO, KubeCluster
+from conftest import CLUSTER_SH, REPO, KubeCluster, KubectlError
 
 NODE = "realnode"
 NODE_IP = "10.245.0.1"  # e2e/realnode/node.sh
@@ -310,21 +310,19 @@ def operator_restart_check(cluster: KubeCluster) -> Callable[[], None]:
     of its log. Every TrainJob of the real-pod tests waits on that operator, so a crash loop
     would otherwise cost each wait its whole deadline and leave only timeouts to read."""
 
-    def pods() -> list[dict[str, Any]] | None:
-        proc = cluster.kubectl(
-            "get", "pods", "-n", SYSTEM_NS, "-l", OPERATOR_SELECTOR, "-o", "json", check=False
-        )
-        if proc.returncode != 0:
-            return None  # the API server is restarting, say: not the operator's fault
-        items: list[dict[str, Any]] = json.loads(proc.stdout)["items"]
-        return items
+    def pods() -> list[dict[str, Any]]:
+        try:
+            return pods_of(cluster, SYSTEM_NS, OPERATOR_SELECTOR)
+        except KubectlError:
+            return []  # the API server is restarting, say: not the operator's fault
 
-    baseline = {p["metadata"]["name"]: _restarts(p) for p in pods() or []}
+    baseline = {p["metadata"]["name"]: _restarts(p) for p in pods()}
 
     def check() -> None:
-        for pod in pods() or []:
+        for pod in pods():
             name = pod["metadata"]["name"]
-            if _restarts(pod) <= baseline.get(name, 0):
+            restarts = _restarts(pod)
+            if restarts <= baseline.get(name, 0):
                 continue
             ended = [
                 c.get("lastState", {}).get("terminated", {})
@@ -338,7 +336,7 @@ def operator_restart_check(cluster: KubeCluster) -> Callable[[], None]:
                 "get", "clusterkopfpeerings", "-o", "jsonpath={.items[*].status}", check=False
             )
             raise OperatorRestarted(
-                f"the operator pod {SYSTEM_NS}/{name} restarted ({_restarts(pod)} restarts; "
+                f"the operator pod {SYSTEM_NS}/{name} restarted ({restarts} restarts; "
                 f"how its container ended: {ended}); the log of the container that ended:\n"
                 f"{log.stdout or log.stderr}\npeers: {peers.stdout or peers.stderr}\n"
                 f"operator processes on the host: {_host_operators()}"

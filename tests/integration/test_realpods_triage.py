@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from _wait import wait_for
-from realpods import NODE, SYSTEM_NS, condition
+from realpods import NODE, OPERATOR_SELECTOR, SYSTEM_NS, condition
 from test_realpods import (
     DIGITS,
     START_TIMEOUT,
@@ -178,9 +178,9 @@ def test_pods_the_node_takes_away_are_node_lost_and_resumed_as_a_preemption(
     retried as a preemption (status.preemptions, spec.disruption.maxPreemptions), spending no
     spec.backoffLimit."""
     cluster = real_world.cluster
-    deployment = cluster.get_json(
-        "deployment", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/name=raytrain-operator"
-    )["items"][0]["metadata"]["name"]
+    deployment = cluster.get_json("deployment", "-n", SYSTEM_NS, "-l", OPERATOR_SELECTOR)["items"][
+        0
+    ]["metadata"]["name"]
     tolerations = cluster.get_json("deployment", deployment, "-n", SYSTEM_NS)["spec"]["template"][
         "spec"
     ].get("tolerations", [])
