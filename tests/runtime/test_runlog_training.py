@@ -86,15 +86,30 @@ def test_a_raising_loop_leaves_each_workers_error_on_s3(s3_env: Any, make_doc: A
     ]
 
 
+@pytest.mark.parametrize("commit", [True, False], ids=["report-commit", "flush-only"])
 def test_a_report_made_just_before_a_peer_raises_is_kept_with_its_checkpoint(
-    make_doc: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_doc: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, commit: bool
 ) -> None:
     """Rank 1 reports and raises; rank 0's report of the same round (with a checkpoint) reaches
     its queue just after the poll that took rank 1's report. Before the failing rank waited for
     its report to be polled, that poll also carried rank 1's error, the controller failed the
-    group with the round incomplete, and the metrics and the checkpoint were lost."""
-    # A long poll leaves rank 0 far inside the window between the two polls.
-    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "2")
+    group with the round incomplete, and the metrics and the checkpoint were lost.
+
+    Two waits keep it: each report waits for its poll (the report-commit callback, on by
+    default), and a raising rank waits for its reports to be polled (flushed_before_raising).
+    Either alone is enough, so the test runs as shipped and once more without the commit
+    callback, where the flush alone keeps it. (``RAYTRAIN_REPORT_COMMIT=0`` would not do here:
+    the session's Ray workers never see an environment set after they started.)"""
+    if not commit:
+        import trainer_runtime.trainer
+
+        monkeypatch.setattr(trainer_runtime.trainer, "report_commit_callback", lambda: None)
+    # A long poll leaves rank 0 far inside the window between the two polls: after the poll
+    # that took rank 1's report, rank 0 still has to see the marker, upload its checkpoint and
+    # put its report before the next one. With 2 s, a loaded machine (make test runs the cluster
+    # suite beside this one) once took longer and the report missed the poll that failed the
+    # group.
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "6")
     store = tmp_path / "store"
     doc = make_doc(
         entrypoint="tests/runtime/loops.py:late_peer_loop",
