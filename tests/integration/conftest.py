@@ -19,10 +19,10 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from _required import required
@@ -259,10 +259,48 @@ def pytest_runtestloop(session: pytest.Session) -> Iterator[None]:
     )
     if wanted and not session.config.option.collectonly:
         manager.prepare()
+        if manager.real_node and manager.cluster is not None:
+            _import_ahead(session.items)
     try:
         return (yield)
     finally:
+        if manager.real_node:
+            import realpods
+
+            realpods.stop_imports_ahead()
         manager.finish()
+
+
+#: A real-pod test that runs in the frameworks image carries this attribute (True).
+FRAMEWORKS_IMAGE_ATTR = "raytrain_frameworks_image"
+
+_Test = TypeVar("_Test", bound=Callable[..., Any])
+
+
+def uses_frameworks_image(test: _Test) -> _Test:
+    """Mark a real-pod test that runs in the frameworks image: the session imports that image
+    ahead too when the test is selected."""
+    setattr(test, FRAMEWORKS_IMAGE_ATTR, True)
+    return test
+
+
+def _import_ahead(items: list[pytest.Item]) -> None:
+    """Start importing the images the selected real-pod tests run (those that use the
+    ``real_world`` fixture) into the real node's containerd, in the background, so that the
+    minutes an import takes pass while the tests that need no image run."""
+    import realpods
+
+    pods = [item for item in items if "real_world" in getattr(item, "fixturenames", ())]
+    if not pods:
+        return
+    try:
+        images = realpods.built_images()
+    except AssertionError:
+        return  # the real-pod fixture says what is missing
+    archives = [images.operator_archive, images.runtime_archive]
+    if any(getattr(getattr(i, "function", None), FRAMEWORKS_IMAGE_ATTR, False) for i in pods):
+        archives.append(images.frameworks_archive)
+    realpods.import_ahead(archives)
 
 
 @pytest.fixture(scope="session")

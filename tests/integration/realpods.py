@@ -10,11 +10,15 @@ installed with our chart and running as a pod under the chart's RBAC.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,6 +108,10 @@ def built_images() -> Images:
 
 
 _IMPORTED: set[tuple[str, str]] = set()
+# Imports started ahead (import_ahead): the outcome of each, and the one running now.
+_AHEAD: dict[tuple[str, str], Future[None]] = {}
+_AHEAD_LOCK = threading.Lock()
+_AHEAD_PROC: list[subprocess.Popen[str]] = []
 
 
 def import_images(images: Images) -> None:
@@ -113,21 +121,89 @@ def import_images(images: Images) -> None:
         import_archive(archive)
 
 
+def _key(archive: Path) -> tuple[str, str]:
+    return os.environ.get("RAYTRAIN_CLUSTER", ""), str(archive)
+
+
+def _import_now(archive: Path, ahead: bool = False) -> None:
+    proc = subprocess.Popen(
+        ["bash", str(CLUSTER_SH), "import-image", str(archive)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=ahead,  # stop_imports_ahead ends the whole group
+    )
+    if ahead:
+        _AHEAD_PROC[:] = [proc]
+    _, stderr = proc.communicate()
+    if proc.returncode != 0:
+        raise AssertionError(f"importing {archive} failed:\n{stderr[-3000:]}")
+    with _AHEAD_LOCK:
+        _IMPORTED.add(_key(archive))
+
+
 def import_archive(archive: Path) -> None:
     """Import an image archive into the real node's containerd, once per cluster and archive in
-    a session: each module of real-pod tests asks, and a runtime image takes minutes."""
-    cluster = os.environ.get("RAYTRAIN_CLUSTER", "")
-    if (cluster, str(archive)) in _IMPORTED:
-        return
-    proc = subprocess.run(
-        ["bash", str(CLUSTER_SH), "import-image", str(archive)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"importing {archive} failed:\n{proc.stderr[-3000:]}")
-    _IMPORTED.add((cluster, str(archive)))
+    a session: each module of real-pod tests asks, and a runtime image takes minutes. An import
+    `import_ahead` started is waited for; should it have failed, the import runs again here."""
+    key = _key(archive)
+    with _AHEAD_LOCK:
+        ahead = _AHEAD.get(key)
+    if ahead is not None:
+        ahead.exception()  # waits; a failed import ahead is tried again below
+    with _AHEAD_LOCK:
+        if key in _IMPORTED:
+            return
+    _import_now(archive)
+
+
+def import_ahead(archives: list[Path]) -> None:
+    """Start importing ``archives``, one after another, in a thread, so that the minutes a
+    runtime image takes overlap the tests that need no image; `import_archive` waits for them.
+    Used once the real node is up (tests/integration/conftest.py)."""
+    todo: list[tuple[Path, Future[None]]] = []
+    with _AHEAD_LOCK:
+        for archive in archives:
+            if _key(archive) not in _AHEAD and _key(archive) not in _IMPORTED:
+                _AHEAD[_key(archive)] = future = Future()
+                todo.append((archive, future))
+
+    def run() -> None:
+        for archive, future in todo:
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                _import_now(archive, ahead=True)
+            except BaseException as exc:  # recorded; import_archive tries again
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
+
+    threading.Thread(target=run, name="import-ahead", daemon=True).start()
+
+
+def wait_imports_ahead() -> None:
+    """Wait until every import started ahead has ended (a test that stops the node's
+    containerd must not cut one short)."""
+    with _AHEAD_LOCK:
+        futures = list(_AHEAD.values())
+    for future in futures:
+        if not future.cancelled():
+            future.exception()
+
+
+def stop_imports_ahead() -> None:
+    """Cancel the imports not yet started and stop the running one (the session is ending)."""
+    with _AHEAD_LOCK:
+        futures = list(_AHEAD.values())
+    for future in futures:
+        future.cancel()
+    for proc in _AHEAD_PROC:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
 
 
 def helm_binary() -> str:

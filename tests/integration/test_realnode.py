@@ -22,7 +22,7 @@ import pytest
 from _required import required
 from _wait import wait_for
 from conftest import CLUSTER_SH, REPO, KubeCluster
-from realpods import DRA_DRIVER, dra_device_class
+from realpods import DRA_DRIVER, dra_device_class, wait_imports_ahead
 
 pytestmark = pytest.mark.realnode
 
@@ -357,6 +357,8 @@ def test_node_down_stops_every_process_and_restores_the_host(real_node: KubeClus
     # The kubelet changed them, so restoring them is a real step (not a no-op).
     assert _sysctls() != recorded
 
+    # The session may be importing the real-pod tests' images into this containerd.
+    wait_imports_ahead()
     try:
         down = _cluster_sh("node-down")
         assert down.returncode == 0, f"node-down failed:\n{down.stderr}"

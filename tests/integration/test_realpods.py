@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 from _wait import guarded, wait_for
-from conftest import REPO, KubeCluster
+from conftest import REPO, KubeCluster, uses_frameworks_image
 from realpods import (
     BUCKET,
     DRA_DRIVER,
@@ -665,6 +665,7 @@ FRAMEWORK_EXAMPLES = {
 }
 
 
+@uses_frameworks_image
 @pytest.mark.parametrize("example", sorted(FRAMEWORK_EXAMPLES))
 def test_a_framework_example_trains_in_the_frameworks_image(
     real_world: RealWorld, namespace: str, tmp_path_factory: pytest.TempPathFactory, example: str
