@@ -330,6 +330,18 @@ dra_ready() {
   kc get resourceslices -o jsonpath='{range .items[*]}{.spec.nodeName} {.spec.driver}{"\n"}{end}' |
     grep -Fx "$NODE_NAME $DRA_DRIVER"
 }
+# This node's ResourceSlices of the driver, deleted (kubectl takes no field selector for them).
+delete_dra_slices() {
+  local names
+  names="$(kc get resourceslices -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.spec.driver}{"\n"}{end}' |
+    awk -v node="$NODE_NAME" -v driver="$DRA_DRIVER" '$2 == node && $3 == driver {print $1}')" ||
+    die "could not list the ResourceSlices of $NODE_NAME"
+  [ -z "$names" ] && return 0
+  # shellcheck disable=SC2086 # one name per word
+  kc delete resourceslices $names --ignore-not-found >/dev/null ||
+    die "could not delete the earlier ResourceSlices of $NODE_NAME: $names"
+  log "removed the earlier ResourceSlice(s) of $NODE_NAME: $names"
+}
 kube_router_ready() { curl -fsS -m 2 "http://127.0.0.1:$KUBE_ROUTER_HEALTH_PORT/healthz"; }
 
 cmd_up() {
@@ -388,14 +400,24 @@ cmd_up() {
   # (user_<key>=<value>, admin_<key>=<value> from the DeviceClass's).
   # The driver creates the plugins directory but not its own socket directory in it.
   mkdir -p "$RN/kubelet/plugins/$DRA_DRIVER" "$RN/kubelet/plugins_registry"
+  # A ResourceSlice of the driver's previous run (before a `node-down`) is still there: it is
+  # removed, so that the wait below sees only what this run publishes. Counting the old one
+  # let `up` go on, and the check after the wait failed when the old slice was replaced a
+  # moment later, leaving the node without kube-proxy, kube-router and CoreDNS.
+  if ! proc_pid dra-test-driver >/dev/null; then
+    delete_dra_slices
+  fi
   start_proc dra-test-driver --kubeconfig="$REALNODE_KUBECONFIG" --drivername="$DRA_DRIVER" \
     kubelet-plugin --node-name="$NODE_NAME" --num-devices="$DRA_DEVICES" \
     --plugin-registration-path="$RN/kubelet/plugins_registry" --datadir="$RN/kubelet/plugins" \
     --cdi-dir="$RN/cdi"
-  wait_until "$TIMEOUT" "the DRA driver's ResourceSlice" dra_ready_or_gone && dra_ready || {
+  if ! wait_until "$TIMEOUT" "the DRA driver's ResourceSlice" dra_ready_or_gone || ! dra_ready; then
     tail -n 20 "$RN/logs/dra-test-driver.log" >&2
+    if [ ! -e "/proc/$(cat "$RN/dra-test-driver.pid")" ]; then
+      die "the DRA driver exited before it published a ResourceSlice for $NODE_NAME (log: $RN/logs/dra-test-driver.log)"
+    fi
     die "the DRA driver published no ResourceSlice for $NODE_NAME within ${TIMEOUT}s (log: $RN/logs/dra-test-driver.log)"
-  }
+  fi
 
   start_proc kube-proxy --config="$RN/kube-proxy.yaml" --v=1
   # NetworkPolicy: kube-router's firewall alone (iptables and ipsets); the bridge plugin still

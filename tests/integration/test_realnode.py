@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from _required import required
 from _wait import wait_for
-from conftest import CLUSTER_SH, REPO, KubeCluster
+from conftest import CLUSTER_SH, REPO, KubeCluster, KubectlError
 from realpods import DRA_DRIVER, dra_device_class, wait_imports_ahead
 
 pytestmark = pytest.mark.realnode
@@ -383,6 +383,26 @@ def test_node_down_stops_every_process_and_restores_the_host(real_node: KubeClus
         links = _run("ip", "-o", "link", "show")
         assert " rn0:" not in links and " rnnode0:" not in links, links
     finally:
+        # The DRA driver's ResourceSlice of the run that was stopped outlives it; `up` must
+        # wait for the slice its new driver publishes, not take the old one for it (it did, and
+        # failed when the old one was replaced a moment later: a node without kube-proxy).
+        try:
+            stale = _dra_slices(real_node)
+        except (KubectlError, subprocess.TimeoutExpired):
+            stale = []  # asserted below; the restart matters more
         # Leave the session's cluster as the other tests expect it.
         up = _cluster_sh("up", "--real-node")
         assert up.returncode == 0, f"restarting the node failed:\n{up.stderr}"
+    assert stale, "no ResourceSlice of the stopped driver was left to be mistaken for a new one"
+    assert f"removed the earlier ResourceSlice(s) of {NODE}" in up.stderr, up.stderr[-3000:]
+    fresh = _dra_slices(real_node)
+    assert fresh and not set(fresh) & set(stale), (stale, fresh)
+
+
+def _dra_slices(cluster: KubeCluster) -> list[str]:
+    """The names of the real node's ResourceSlices of the DRA driver."""
+    return [
+        s["metadata"]["name"]
+        for s in cluster.get_json("resourceslices")["items"]
+        if s["spec"].get("nodeName") == NODE and s["spec"].get("driver") == DRA_DRIVER
+    ]
