@@ -206,6 +206,22 @@ def stop_imports_ahead() -> None:
             proc.wait()
 
 
+def assert_node_whole() -> None:
+    """Fail at once, saying what is missing, when a process of the real node is not running
+    (`cluster.sh status`): without kube-proxy no pod reaches a Service, the API server's
+    included, and every real-pod test would fail on a symptom of it."""
+    proc = subprocess.run(
+        ["bash", str(CLUSTER_SH), "status"], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            "the local cluster or its real node is not whole (an earlier test that stopped "
+            "and restarted the node may have left it so; its failure says why):\n"
+            + proc.stdout
+            + proc.stderr[-2000:]
+        )
+
+
 def helm_binary() -> str:
     return subprocess.run(
         ["bash", str(REPO / "scripts" / "helm.sh")], capture_output=True, text=True, check=True

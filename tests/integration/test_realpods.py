@@ -43,6 +43,7 @@ from realpods import (
     SYSTEM_NS,
     Images,
     Minio,
+    assert_node_whole,
     bind_claim,
     built_images,
     condition,
@@ -90,6 +91,7 @@ def real_world(kube_cluster: KubeCluster) -> Iterator[RealWorld]:
         )
     nodes = kube_cluster.get_json("nodes")["items"]
     assert NODE in {n["metadata"]["name"] for n in nodes}, "the cluster has no real node"
+    assert_node_whole()
     images = built_images()
     import_images(images)
     minio = start_minio()
