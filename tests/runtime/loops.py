@@ -8,8 +8,19 @@ import ray.train
 
 
 def raising_loop(config: dict[str, Any]) -> None:
+    """Report epoch 0 (unless ``report_first`` is false), then raise on every rank.
+
+    With ``barrier``, the ranks meet after their reports. A report returns only once Ray
+    Train's controller has polled it (the runtime's commit callback), so the round is complete
+    before any rank raises. Without it, which poll takes which report and which error is up to
+    the controller and the machine's load.
+    """
     if config.get("report_first", True):
         ray.train.report({"epoch": 0, "loss": 1.0})
+    if config.get("barrier"):
+        import torch.distributed as dist
+
+        dist.barrier()
     raise ValueError(f"label tensor has shape {config.get('shape', '(3, 7)')}, expected (64,)")
 
 
