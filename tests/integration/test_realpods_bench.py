@@ -9,9 +9,14 @@ hostPath PersistentVolume on the real node):
 - runtime: a TrainJob (the chart's operator, KubeRay, a Ray head and two worker pods, the
   submitter), storage.pvc on the volume, entrypoint ``bench.runtime_vs_torchrun:ray_loop``;
 - torchrun: one pod running ``torchrun --standalone --nproc_per_node 2`` on the same loop under
-  DDP, rank 0 saving into the same volume, then a barrier.
+  DDP, rank 0 saving into the same volume, then a barrier;
+- torchrun-2pods (only with RAYTRAIN_BENCH_SPLIT=1): the same torchrun job as two pods of one
+  rank each, a quarter CPU each like the runtime's workers, rank 1 meeting rank 0 through a
+  headless Service. It tells how much of the runtime's slower loop is the split itself (two CPU
+  quotas that cannot lend each other the time one waits in the all-reduce) and how much the Ray
+  processes sharing a worker pod's quota.
 
-Both arms train on the same CPU budget: each of the runtime's two workers is limited to a
+All arms train on the same CPU budget: each of the runtime's two workers is limited to a
 quarter CPU (the operator sets a worker's limits to its requests), the torchrun pod to half a
 CPU; the runtime's head and submitter come on top, as they do for a user.
 
@@ -68,6 +73,8 @@ BENCH = {"name": "bench", "configMap": {"name": "bench-workload"}}
 BENCH_MOUNT = {"name": "bench", "mountPath": "/app/bench", "readOnly": True}
 TORCHRUN_EPOCH = re.compile(r"^EPOCH (\d+) ([0-9.e-]+) ([0-9.]+)$")
 RUN_TIMEOUT = 1800
+SPLIT = os.environ.get("RAYTRAIN_BENCH_SPLIT") == "1"
+MASTER_PORT = 29500
 
 
 def _runtime_job(name: str) -> list[dict[str, Any]]:
@@ -87,18 +94,41 @@ def _runtime_job(name: str) -> list[dict[str, Any]]:
     return docs
 
 
-def _torchrun_pod(name: str, image: str, claim: str) -> dict[str, Any]:
+def _torchrun_pod(
+    name: str,
+    image: str,
+    claim: str,
+    rank: int | None = None,
+    service: str = "",
+    cpu: str = "500m",
+    memory: str = "2Gi",
+) -> dict[str, Any]:
+    """The torchrun pod: both ranks (``rank`` None), or rank ``rank`` of two one-rank pods
+    that meet at rank 0's pod, ``<name>-0.<service>`` (a headless Service)."""
+    if rank is None:
+        launch = ["--standalone", "--nproc_per_node", "2"]
+        pod_name, run_name = name, name
+    else:
+        launch = [
+            "--nnodes", "2", "--nproc_per_node", "1", "--node_rank", str(rank),
+            "--master_addr", f"{name}-0.{service}", "--master_port", str(MASTER_PORT),
+        ]  # fmt: skip
+        pod_name, run_name = f"{name}-{rank}", name
     command = [
-        "python", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "python", "-m", "torch.distributed.run", *launch,
         "/app/bench/runtime_vs_torchrun.py", "--torchrun-worker", "--epochs", str(EPOCHS),
-        "--samples", str(SAMPLES), "--checkpoint-dir", f"{MOUNT}/{name}",
+        "--samples", str(SAMPLES), "--checkpoint-dir", f"{MOUNT}/{run_name}",
     ]  # fmt: skip
+    placement: dict[str, Any] = {}
+    if rank is not None:
+        placement = {"hostname": pod_name, "subdomain": service}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name},
+        "metadata": {"name": pod_name, "labels": {"bench-run": run_name}},
         "spec": {
             **ON_REAL_NODE,
+            **placement,
             "restartPolicy": "Never",
             "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
             "containers": [
@@ -114,8 +144,8 @@ def _torchrun_pod(name: str, image: str, claim: str) -> dict[str, Any]:
                     # What the runtime's two workers get together (trainjob_on_real_node gives
                     # each 250m and 1Gi, and the operator sets their limits to their requests).
                     "resources": {
-                        "requests": {"cpu": "500m", "memory": "2Gi"},
-                        "limits": {"cpu": "500m", "memory": "2Gi"},
+                        "requests": {"cpu": cpu, "memory": memory},
+                        "limits": {"cpu": cpu, "memory": memory},
                     },
                     "volumeMounts": [
                         BENCH_MOUNT,
@@ -180,6 +210,8 @@ def test_runtime_against_torchrun_on_real_pods(
         for i in range(RUNS):
             _runtime_run(real_world, namespace, share, i)
             _torchrun_run(real_world, namespace, share, claim, i)
+            if SPLIT:
+                _torchrun_split_run(real_world, namespace, share, claim, i)
     finally:
         cluster.kubectl("delete", "trainjob", "--all", "-n", namespace, "--wait=true", check=False)
         cluster.kubectl("delete", "pod", "--all", "-n", namespace, "--wait=true", check=False)
@@ -255,3 +287,61 @@ def _torchrun_run(world: RealWorld, namespace: str, share: Path, claim: str, i: 
         "s_per_epoch_driver": _period(at), "s_per_epoch_loop": _loop(loop),
     })  # fmt: skip
     cluster.kubectl("delete", "pod", name, "-n", namespace, "--wait=true", timeout=300)
+
+
+def _torchrun_split_run(world: RealWorld, namespace: str, share: Path, claim: str, i: int) -> None:
+    cluster = world.cluster
+    name = f"torchrun2p-{i}"
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {
+                "clusterIP": "None",
+                "selector": {"bench-run": name},
+                # Rank 1 resolves rank 0's name before rank 0 is ready.
+                "publishNotReadyAddresses": True,
+                "ports": [{"name": "rendezvous", "port": MASTER_PORT}],
+            },
+        },
+        namespace=namespace,
+    )
+    load = os.getloadavg()[0]
+    start = time.monotonic()
+    for rank in (0, 1):
+        pod = _torchrun_pod(
+            name, world.images.runtime_image, claim, rank=rank, service=name,
+            cpu="250m", memory="1Gi",
+        )  # fmt: skip
+        cluster.apply(pod, namespace=namespace)
+
+    def finished() -> str | None:
+        phases = []
+        for rank in (0, 1):
+            pod = f"{name}-{rank}"
+            phase = cluster.get_json("pod", pod, "-n", namespace).get("status", {}).get("phase")
+            if phase == "Failed":
+                logs = cluster.kubectl("logs", pod, "-n", namespace, "--tail=60", check=False)
+                raise AssertionError(f"pod {pod} failed:\n{logs.stdout}{logs.stderr}")
+            phases.append(phase)
+        return "done" if phases == ["Succeeded", "Succeeded"] else None
+
+    wait_for(finished, timeout=RUN_TIMEOUT, what=f"pods {name}-0/1 Succeeded", interval=0.5)
+    end_to_end = time.monotonic() - start
+    out = cluster.kubectl("logs", f"{name}-0", "-n", namespace).stdout
+    at: dict[int, float] = {}
+    loop: dict[int, float] = {}
+    for line in out.splitlines():
+        if m := TORCHRUN_EPOCH.match(line.strip()):
+            loop[int(m.group(1))] = float(m.group(2))
+            at[int(m.group(1))] = float(m.group(3))
+    assert sorted(at) == list(range(EPOCHS)), out[-3000:]
+    assert len(list((share / name).glob("checkpoint_*/model.pt"))) == EPOCHS
+    _append({
+        "arm": "torchrun-2pods", "run": i, "load1": load, "end_to_end": end_to_end,
+        "s_per_epoch_driver": _period(at), "s_per_epoch_loop": _loop(loop),
+    })  # fmt: skip
+    cluster.kubectl("delete", "pod", "-l", f"bench-run={name}", "-n", namespace, "--wait=true",
+                    timeout=300)  # fmt: skip
+    cluster.kubectl("delete", "service", name, "-n", namespace, "--wait=true", timeout=120)
