@@ -274,6 +274,14 @@ def _torchrun_run(world: RealWorld, namespace: str, share: Path, claim: str, i: 
     wait_for(finished, timeout=RUN_TIMEOUT, what=f"pod {name} Succeeded", interval=0.5)
     end_to_end = time.monotonic() - start
     out = cluster.kubectl("logs", name, "-n", namespace).stdout
+    _record_torchrun("torchrun", i, load, end_to_end, out, share / name)
+    cluster.kubectl("delete", "pod", name, "-n", namespace, "--wait=true", timeout=300)
+
+
+def _record_torchrun(
+    arm: str, i: int, load: float, end_to_end: float, out: str, checkpoints: Path
+) -> None:
+    """Rank 0's epoch lines in ``out`` (its log), checked and appended as one run of ``arm``."""
     at: dict[int, float] = {}
     loop: dict[int, float] = {}
     for line in out.splitlines():
@@ -281,12 +289,11 @@ def _torchrun_run(world: RealWorld, namespace: str, share: Path, claim: str, i: 
             loop[int(m.group(1))] = float(m.group(2))
             at[int(m.group(1))] = float(m.group(3))
     assert sorted(at) == list(range(EPOCHS)), out[-3000:]
-    assert len(list((share / name).glob("checkpoint_*/model.pt"))) == EPOCHS
+    assert len(list(checkpoints.glob("checkpoint_*/model.pt"))) == EPOCHS
     _append({
-        "arm": "torchrun", "run": i, "load1": load, "end_to_end": end_to_end,
+        "arm": arm, "run": i, "load1": load, "end_to_end": end_to_end,
         "s_per_epoch_driver": _period(at), "s_per_epoch_loop": _loop(loop),
     })  # fmt: skip
-    cluster.kubectl("delete", "pod", name, "-n", namespace, "--wait=true", timeout=300)
 
 
 def _torchrun_split_run(world: RealWorld, namespace: str, share: Path, claim: str, i: int) -> None:
@@ -330,18 +337,7 @@ def _torchrun_split_run(world: RealWorld, namespace: str, share: Path, claim: st
     wait_for(finished, timeout=RUN_TIMEOUT, what=f"pods {name}-0/1 Succeeded", interval=0.5)
     end_to_end = time.monotonic() - start
     out = cluster.kubectl("logs", f"{name}-0", "-n", namespace).stdout
-    at: dict[int, float] = {}
-    loop: dict[int, float] = {}
-    for line in out.splitlines():
-        if m := TORCHRUN_EPOCH.match(line.strip()):
-            loop[int(m.group(1))] = float(m.group(2))
-            at[int(m.group(1))] = float(m.group(3))
-    assert sorted(at) == list(range(EPOCHS)), out[-3000:]
-    assert len(list((share / name).glob("checkpoint_*/model.pt"))) == EPOCHS
-    _append({
-        "arm": "torchrun-2pods", "run": i, "load1": load, "end_to_end": end_to_end,
-        "s_per_epoch_driver": _period(at), "s_per_epoch_loop": _loop(loop),
-    })  # fmt: skip
+    _record_torchrun("torchrun-2pods", i, load, end_to_end, out, share / name)
     cluster.kubectl("delete", "pod", "-l", f"bench-run={name}", "-n", namespace, "--wait=true",
                     timeout=300)  # fmt: skip
     cluster.kubectl("delete", "service", name, "-n", namespace, "--wait=true", timeout=120)
