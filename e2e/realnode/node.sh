@@ -325,17 +325,18 @@ coredns_ready() { curl -fsS -m 2 http://127.0.0.1:8181/ready; }
 # The wait ends early when the driver has exited (its log says why). Its pid, not proc_pid:
 # right after the start the pid may still be setsid's, before the exec.
 dra_ready_or_gone() { [ ! -e "/proc/$(cat "$RN/dra-test-driver.pid")" ] || dra_ready; }
-# The driver has published this node's devices.
-dra_ready() {
-  kc get resourceslices -o jsonpath='{range .items[*]}{.spec.nodeName} {.spec.driver}{"\n"}{end}' |
-    grep -Fx "$NODE_NAME $DRA_DRIVER"
+# The names of this node's ResourceSlices of the driver (kubectl takes no field selector for
+# them); fails when the API server cannot list them.
+dra_slices() {
+  kc get resourceslices -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.spec.driver}{"\n"}{end}' |
+    awk -v node="$NODE_NAME" -v driver="$DRA_DRIVER" '$2 == node && $3 == driver {print $1}'
 }
-# This node's ResourceSlices of the driver, deleted (kubectl takes no field selector for them).
+# The driver has published this node's devices.
+dra_ready() { [ -n "$(dra_slices)" ]; }
+# This node's ResourceSlices of the driver, deleted.
 delete_dra_slices() {
   local names
-  names="$(kc get resourceslices -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.spec.driver}{"\n"}{end}' |
-    awk -v node="$NODE_NAME" -v driver="$DRA_DRIVER" '$2 == node && $3 == driver {print $1}')" ||
-    die "could not list the ResourceSlices of $NODE_NAME"
+  names="$(dra_slices)" || die "could not list the ResourceSlices of $NODE_NAME"
   [ -z "$names" ] && return 0
   # shellcheck disable=SC2086 # one name per word
   kc delete resourceslices $names --ignore-not-found >/dev/null ||
