@@ -63,6 +63,7 @@ prereqs:
 	bash e2e/controlplane/build.sh
 	bash e2e/realnode/build.sh
 	bash e2e/minio/build.sh >/dev/null
+	bash e2e/kueue/build.sh >/dev/null
 	bash scripts/helm.sh >/dev/null
 	bash e2e/images/build.sh
 

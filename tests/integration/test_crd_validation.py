@@ -123,6 +123,18 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
         ["minWorkers and maxWorkers must be multiples of spec.scaling.workersPerPod"],
     ),
     (
+        "slices-of-a-fixed-job",
+        [_set("spec.scaling.kueueWorkloadSlices", True), _set("spec.queueName", "team")],
+        ["spec.scaling.kueueWorkloadSlices resizes an elastic job", "instead of numWorkers"],
+    ),
+    (
+        "slices-without-a-queue",
+        [
+            _set("spec.scaling", {"minWorkers": 1, "maxWorkers": 4, "kueueWorkloadSlices": True}),
+        ],
+        ["spec.scaling.kueueWorkloadSlices needs spec.queueName"],
+    ),
+    (
         "accelerator-without-gpu",
         [_set("spec.scaling.acceleratorType", "NVIDIA-A100-SXM4-80GB")],
         ["spec.scaling.acceleratorType needs", "useGpu: true"],

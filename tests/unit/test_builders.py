@@ -123,6 +123,38 @@ def test_elastic_with_kueue_is_a_fixed_shape_without_autoscaler() -> None:
     assert g["replicas"] == g["minReplicas"] == g["maxReplicas"] == 6
 
 
+def test_elastic_with_kueue_slices_starts_small_with_the_autoscaler() -> None:
+    scaling = {"minWorkers": 2, "maxWorkers": 6, "workersPerPod": 2, "kueueWorkloadSlices": True}
+    rj = build(trainjob(scaling=scaling, queueName="team-a"))
+    assert rj["metadata"]["annotations"]["kueue.x-k8s.io/elastic-job"] == "true"
+    assert rj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert rj["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] is True
+    # Kueue admits the first slice at the RayJob's replicas; Ray's autoscaler asks for more.
+    g = group(rj)
+    assert (g["replicas"], g["minReplicas"], g["maxReplicas"]) == (1, 1, 3)
+    # The autoscaler's container is hardened like the others.
+    assert "securityContext" in rj["spec"]["rayClusterSpec"]["autoscalerOptions"]
+    # Without a queue there is nothing to mark; a fixed job with a queue is not elastic.
+    plain = build(trainjob(scaling={"minWorkers": 2, "maxWorkers": 6}, queueName="team-a"))
+    assert "kueue.x-k8s.io/elastic-job" not in plain["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (
+            {"scaling": {"numWorkers": 2, "kueueWorkloadSlices": True}, "queueName": "q"},
+            "instead of numWorkers",
+        ),
+        ({"scaling": {"minWorkers": 1, "maxWorkers": 2, "kueueWorkloadSlices": True}}, "needs"),
+    ],
+)
+def test_kueue_slices_need_an_elastic_queued_job(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError, match=r"spec\.scaling\.kueueWorkloadSlices") as caught:
+        trainjob(**spec)
+    assert field in str(caught.value)
+
+
 def test_worker_resources_are_per_worker_times_workers_per_pod() -> None:
     tj = trainjob(
         scaling={

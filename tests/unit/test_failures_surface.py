@@ -108,6 +108,62 @@ def test_a_refused_child_carries_the_api_servers_message(
 
 
 @pytest.mark.usefixtures("no_fence")
+def test_a_webhooks_denial_is_not_called_a_missing_permission(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A policy engine's webhook answers 403, like a missing RBAC permission does.
+    words = (
+        'admission webhook "validation.gatekeeper.sh" denied the request: [require-team] '
+        'you must provide labels: {"cost-center"}'
+    )
+
+    def create(body: dict[str, Any]) -> Any:
+        if body["kind"] == "RayJob":
+            raise api_error(403, words)
+        return body
+
+    monkeypatch.setattr(k8s, "create", create)
+    with pytest.raises(apply.Rejected) as caught:
+        apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
+    assert caught.value.reason == "ChildRejected"
+    assert (
+        words in caught.value.message and "admission webhook of the cluster" in caught.value.message
+    )
+    assert "permission" not in caught.value.message
+
+
+@pytest.mark.usefixtures("no_fence")
+def test_kueue_refusing_slices_names_the_field_and_its_feature_gate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Kueue 0.17's webhook, its ElasticJobsViaWorkloadSlices gate off, on a queued RayJob that
+    # runs Ray's autoscaler.
+    words = (
+        'admission webhook "vrayjob.kb.io" denied the request: '
+        "spec.rayClusterSpec.enableInTreeAutoscaling: Invalid value: true: a kueue managed "
+        "job should only use autoscaling when workload slicing is enabled"
+    )
+
+    def create(body: dict[str, Any]) -> Any:
+        if body["kind"] == "RayJob":
+            raise api_error(403, words)  # a webhook's denial is a 403, as Kueue's is
+        return body
+
+    monkeypatch.setattr(k8s, "create", create)
+    tj = trainjob(
+        scaling={"minWorkers": 1, "maxWorkers": 3, "kueueWorkloadSlices": True},
+        queueName="team-a",
+    )
+    with pytest.raises(apply.Rejected) as caught:
+        apply.ensure_children(tj, meta(), m.EnsureChildren(0, False), None, LOG)
+    message = caught.value.message
+    assert words in message and caught.value.reason == "ChildRejected"
+    assert "permission" not in message
+    assert "spec.scaling.kueueWorkloadSlices" in message
+    assert "ElasticJobsViaWorkloadSlices" in message and "remove kueueWorkloadSlices" in message
+
+
+@pytest.mark.usefixtures("no_fence")
 def test_no_rayjob_api_says_kuberay_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     def create(body: dict[str, Any]) -> Any:
         if body["kind"] == "RayJob":

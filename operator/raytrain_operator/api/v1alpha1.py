@@ -878,6 +878,12 @@ class ScalingSpec(_Model):
                     "spec.scaling.workersPerPod",
                 ),
                 _rule(
+                    "!has(self.kueueWorkloadSlices) || !self.kueueWorkloadSlices || "
+                    "!has(self.numWorkers)",
+                    "spec.scaling.kueueWorkloadSlices resizes an elastic job: set minWorkers "
+                    "and maxWorkers instead of numWorkers, or remove kueueWorkloadSlices",
+                ),
+                _rule(
                     "!has(self.acceleratorType) || (has(self.useGpu) && self.useGpu)",
                     "spec.scaling.acceleratorType needs spec.scaling.useGpu: true",
                 ),
@@ -900,6 +906,11 @@ class ScalingSpec(_Model):
                 "set numWorkers for a fixed-size job, or both minWorkers and maxWorkers for an "
                 "elastic one"
             )
+        if self.kueue_workload_slices and self.num_workers is not None:
+            raise ValueError(
+                "spec.scaling.kueueWorkloadSlices resizes an elastic job: set minWorkers and "
+                "maxWorkers instead of numWorkers, or remove kueueWorkloadSlices"
+            )
         return self
 
     num_workers: int | None = Field(default=None, ge=1, le=10000)
@@ -908,6 +919,12 @@ class ScalingSpec(_Model):
     """Fewest workers an elastic job runs with; set together with maxWorkers."""
     max_workers: int | None = Field(default=None, ge=1, le=10000)
     """Most workers an elastic job runs with; set together with minWorkers."""
+    kueue_workload_slices: bool | None = _new()
+    """For an elastic job in a Kueue queue (spec.queueName): let Kueue admit it at minWorkers
+    and grow it a workload slice at a time, up to maxWorkers, as Ray's autoscaler asks for
+    more workers (the RayJob gets `kueue.x-k8s.io/elastic-job: "true"`). Needs Kueue 0.15.2 or
+    later with its ElasticJobsViaWorkloadSlices feature gate on. Without it a queued elastic
+    job asks Kueue for maxWorkers and runs at that size."""
     use_gpu: bool = False
     """Give each worker GPUs (ScalingConfig.use_gpu)."""
     resources_per_worker: WorkerResources | None = None
@@ -1479,6 +1496,12 @@ TEMPLATE_FIELDS = (
 )
 
 
+SLICES_NEED_QUEUE = (
+    "spec.scaling.kueueWorkloadSlices needs spec.queueName: Kueue admits and grows the "
+    "workload slices of a job in one of its queues; set queueName or remove kueueWorkloadSlices"
+)
+
+
 class TrainJobSpec(_Model):
     """Desired state of a TrainJob."""
 
@@ -1502,6 +1525,12 @@ class TrainJobSpec(_Model):
                     "(has(self.scaling.minWorkers) && has(self.scaling.maxWorkers))",
                     "spec.scaling: set numWorkers for a fixed-size job, or both minWorkers and "
                     "maxWorkers for an elastic one",
+                ),
+                _rule(
+                    "has(self.template) || !has(self.scaling) || "
+                    "!has(self.scaling.kueueWorkloadSlices) || "
+                    "!self.scaling.kueueWorkloadSlices || has(self.queueName)",
+                    SLICES_NEED_QUEUE,
                 ),
                 *(
                     _rule(
@@ -1614,6 +1643,13 @@ class TrainJobSpec(_Model):
     is taken from it. Read when the job starts and kept in status.template, so a later edit of
     the template never changes this job; cannot change once the job has started (unless it is
     suspended)."""
+
+    @model_validator(mode="after")
+    def _slices_queued(self) -> TrainJobSpec:
+        # The CRD says this unless spec.template is set; the operator checks the merged spec.
+        if self.scaling.kueue_workload_slices and not self.queue_name:
+            raise ValueError(SLICES_NEED_QUEUE)
+        return self
 
 
 # ----------------------------------------------------------------------------------- status

@@ -31,6 +31,10 @@ ANNOTATION_SPEC_HASH = f"{PREFIX}/spec-hash"
 #: "true" on a RayJob suspended because of spec.suspend (not by Kueue).
 ANNOTATION_SUSPENDED_BY_USER = f"{PREFIX}/suspended-by-user"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: Marks a RayJob whose Kueue workload may grow and shrink in slices (Kueue's
+#: ElasticJobsViaWorkloadSlices); KubeRay copies it to the RayCluster, where Kueue's webhook
+#: then gates every pod until a slice that holds it is admitted.
+KUEUE_ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 
 #: Parent label/annotation keys copied to the children: plain keys without a prefix (the user's
 #: own, like `team: vision`) and these well-known ones.

@@ -24,6 +24,7 @@ from raytrain_operator.builders.meta import (
     ANNOTATION_GENERATION,
     ANNOTATION_SPEC_HASH,
     ANNOTATION_SUSPENDED_BY_USER,
+    KUEUE_ELASTIC_ANNOTATION,
     KUEUE_QUEUE_LABEL,
     Meta,
     child_metadata,
@@ -146,8 +147,9 @@ def worker_replicas(trainjob: TrainJob) -> tuple[int, int, int]:
         return pods, pods, pods
     low = max(1, (scaling.min_workers or 1) // per_pod) * trials
     high = max(low, max(1, (scaling.max_workers or 1) // per_pod) * trials)
-    if trainjob.spec.queue_name:
-        # Kueue admits a fixed shape and does not allow the in-tree autoscaler.
+    if trainjob.spec.queue_name and not scaling.kueue_workload_slices:
+        # Kueue admits a fixed shape and refuses the in-tree autoscaler, unless the workload
+        # may grow in slices (spec.scaling.kueueWorkloadSlices).
         return high, high, high
     return low, low, high
 
@@ -185,7 +187,9 @@ def worker_start_params(trainjob: TrainJob) -> dict[str, str]:
 
 def autoscaling_enabled(trainjob: TrainJob) -> bool:
     scaling = trainjob.spec.scaling
-    return scaling.num_workers is None and not trainjob.spec.queue_name
+    if scaling.num_workers is not None:
+        return False
+    return not trainjob.spec.queue_name or bool(scaling.kueue_workload_slices)
 
 
 def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool) -> dict[str, Any]:
@@ -193,9 +197,11 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
     spec = trainjob.spec
     replicas, min_replicas, max_replicas = worker_replicas(trainjob)
     metadata = child_metadata(meta, rayjob_name(meta.name, attempt), attempt, scheduling=True)
+    annotations = metadata.setdefault("annotations", {})
     if spec.queue_name:
         metadata["labels"][KUEUE_QUEUE_LABEL] = spec.queue_name
-    annotations = metadata.setdefault("annotations", {})
+        if spec.scaling.kueue_workload_slices:
+            annotations[KUEUE_ELASTIC_ANNOTATION] = "true"
     annotations[ANNOTATION_GENERATION] = str(meta.generation)
     annotations[ANNOTATION_SPEC_HASH] = spec_hash(trainjob)
     annotations[ANNOTATION_FIELD_HASHES] = json.dumps(field_hashes(trainjob), sort_keys=True)

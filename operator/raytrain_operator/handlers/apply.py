@@ -134,13 +134,28 @@ def _refused(exc: ApiException, body: dict[str, Any]) -> Rejected:
             f"creating RayJob {name} failed with 404 ({message}): the ray.io/v1 RayJob API is "
             "not served here; install the KubeRay operator and its CRDs",
         )
-    fix = (
-        "the operator lacks a permission it needs; grant it (see the chart's RBAC)"
-        if exc.status == 403
-        else "fix the TrainJob field it comes from"
-    )
+    # An admission webhook's denial (Kueue's, a policy engine's) usually comes as 403 too; it is
+    # about the object, not the operator's permissions.
+    webhook = "admission webhook" in message
+    if kind == "RayJob" and "workload slic" in message.lower():
+        # Kueue's webhook, when its ElasticJobsViaWorkloadSlices gate is off, refuses a queued
+        # RayJob that runs Ray's autoscaler.
+        fix = (
+            "spec.scaling.kueueWorkloadSlices needs Kueue's ElasticJobsViaWorkloadSlices "
+            "feature gate; turn it on in Kueue's configuration, or remove kueueWorkloadSlices "
+            "(the job then asks Kueue for maxWorkers and runs at that size)"
+        )
+    elif exc.status == 403 and not webhook:
+        fix = "the operator lacks a permission it needs; grant it (see the chart's RBAC)"
+    elif webhook:
+        fix = (
+            "an admission webhook of the cluster refused it; change the TrainJob field the "
+            "webhook names, or ask the cluster's administrators about its policy"
+        )
+    else:
+        fix = "fix the TrainJob field it comes from"
     return Rejected(
-        _REFUSALS.get(int(exc.status or 0), "ChildRejected"),
+        "ChildRejected" if webhook else _REFUSALS.get(int(exc.status or 0), "ChildRejected"),
         f"the API server refused {kind} {name} ({exc.status}): {message}; {fix}",
     )
 
