@@ -12,11 +12,13 @@ elastic job), with the ElasticJobsViaWorkloadSlices feature gate when asked for.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ RESOURCES = {
 #: Kinds whose webhooks only see the test's namespace.
 NAMESPACED_JOBS = {"rayjobs", "rayclusters"}
 WEBHOOK_NAMES = ("raytrain-tests-kueue-mutating", "raytrain-tests-kueue-validating")
+SLICES = "ElasticJobsViaWorkloadSlices=true"
 
 
 def home() -> Path:
@@ -192,6 +195,43 @@ class Kueue:
         if obj["kind"] in ("ClusterQueue", "ResourceFlavor"):
             self.cluster_objects.append((obj["kind"].lower(), obj["metadata"]["name"]))
 
+    def queues(self, cpu: str, memory: str = "200Gi") -> None:
+        """A ResourceFlavor, a ClusterQueue of `cpu` and `memory` and the LocalQueue `team` in
+        the test's namespace."""
+        ns = self.namespace
+        self.apply(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": f"{ns}-flavor"},
+            }
+        )
+        quota = [{"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": memory}]
+        self.apply(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ClusterQueue",
+                "metadata": {"name": f"{ns}-cq"},
+                "spec": {
+                    "namespaceSelector": {},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu", "memory"],
+                            "flavors": [{"name": f"{ns}-flavor", "resources": quota}],
+                        }
+                    ],
+                },
+            }
+        )
+        self.apply(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"name": "team", "namespace": ns},
+                "spec": {"clusterQueue": f"{ns}-cq"},
+            }
+        )
+
     def stop(self) -> None:
         """Remove the webhooks, stop Kueue, then drop the finalizers it leaves on its objects
         (a Workload's would hold the namespace's deletion forever with Kueue gone)."""
@@ -224,3 +264,16 @@ class Kueue:
     def tail(self, lines: int = 80) -> str:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def running(cluster: KubeCluster, namespace: str, workdir: Path, gates: str) -> Iterator[Kueue]:
+    """Kueue for the block, with these feature gates; its log's end printed after (pytest shows
+    it when the test failed)."""
+    kueue = Kueue(cluster, namespace, workdir, feature_gates=gates)
+    try:
+        kueue.start()
+        yield kueue
+    finally:
+        kueue.stop()
+        print(f"--- kueue log ({kueue.log}) ---\n{kueue.tail(150)}")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from _wait import wait_for
 from conftest import KubeCluster
-from kueue import Kueue
+from kueue import SLICES, Kueue, running
 from test_operator import (
     T_CREATE,
     T_KUBERAY,
@@ -38,73 +38,18 @@ GATE = "kueue.x-k8s.io/elastic-job"
 WORKER = {"cpu": "1", "memory": "1Gi"}
 
 
-def queues(kueue: Kueue, workers_cpu: str) -> None:
-    """A flavor, a ClusterQueue with `workers_cpu` CPUs beyond the head and submitter, and the
-    LocalQueue `team` in the test's namespace."""
-    ns = kueue.namespace
-    kueue.apply(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": f"{ns}-flavor"},
-        }
-    )
-    kueue.apply(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": f"{ns}-cq"},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory"],
-                        "flavors": [
-                            {
-                                "name": f"{ns}-flavor",
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": workers_cpu},
-                                    {"name": "memory", "nominalQuota": "200Gi"},
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        }
-    )
-    kueue.apply(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "team", "namespace": ns},
-            "spec": {"clusterQueue": f"{ns}-cq"},
-        }
-    )
-
-
-def start_kueue(
-    cluster: KubeCluster, namespace: str, tmp_path: Path, gates: str
-) -> Iterator[Kueue]:
-    kueue = Kueue(cluster, namespace, tmp_path, feature_gates=gates)
-    try:
-        kueue.start()
-        yield kueue
-    finally:
-        kueue.stop()
-        print(f"--- kueue log ({kueue.log}) ---\n{kueue.tail(150)}")
-
-
 @pytest.fixture
 def kueue(kube_cluster: KubeCluster, namespace: str, tmp_path: Path) -> Iterator[Kueue]:
-    yield from start_kueue(kube_cluster, namespace, tmp_path, "ElasticJobsViaWorkloadSlices=true")
+    with running(kube_cluster, namespace, tmp_path, SLICES) as started:
+        yield started
 
 
 @pytest.fixture
 def kueue_without_slices(
     kube_cluster: KubeCluster, namespace: str, tmp_path: Path
 ) -> Iterator[Kueue]:
-    yield from start_kueue(kube_cluster, namespace, tmp_path, "")
+    with running(kube_cluster, namespace, tmp_path, "") as started:
+        yield started
 
 
 def elastic(name: str) -> dict[str, Any]:
@@ -151,7 +96,7 @@ def test_an_elastic_job_grows_by_workload_slices_that_kueue_admits(
     kube_cluster: KubeCluster, namespace: str, operator: Operator, kueue: Kueue
 ) -> None:
     ns, name = namespace, "slices"
-    queues(kueue, "20")
+    kueue.queues(cpu="20")
     create(kube_cluster, ns, secret(f"{name}-s3"))
     create(kube_cluster, ns, elastic(name))
 
@@ -223,7 +168,7 @@ def test_slices_without_kueues_feature_gate_stall_with_the_fix(
     kube_cluster: KubeCluster, namespace: str, operator: Operator, kueue_without_slices: Kueue
 ) -> None:
     ns, name = namespace, "nogate"
-    queues(kueue_without_slices, "20")
+    kueue_without_slices.queues(cpu="20")
     create(kube_cluster, ns, secret(f"{name}-s3"))
     create(kube_cluster, ns, elastic(name))
 

@@ -9,7 +9,7 @@ shared ReadWriteMany volume holds the checkpoints of every pod, and a Tune searc
 trials. examples/resumable.yaml goes on at its saved batch after a worker pod is deleted, a
 worker on the node's network trains, each worker's container gets the device it claims through
 DRA (the node runs Kubernetes' example DRA driver), Ray's autoscaler scales an elastic job
-through the chart's admission policy, and the Transformers and Lightning examples run as
+through the chart's admission policy (and, under Kueue, in workload slices), and the Transformers and Lightning examples run as
 written in the image with their packages.
 
 Needs the real node (marker `realnode`), so it runs only inside the network namespace that
@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 from _wait import guarded, wait_for
 from conftest import REPO, KubeCluster, uses_frameworks_image
+from kueue import SLICES, running
 from realpods import (
     BUCKET,
     DRA_DRIVER,
@@ -909,6 +910,65 @@ def test_rays_autoscaler_scales_an_elastic_job_under_the_runtime_scope_policy(
             "logs", head[0]["metadata"]["name"], "-n", namespace, "-c", "autoscaler", check=False
         ).stdout
         assert "Forbidden" not in log, log[-3000:]
+
+
+def test_kueue_admits_an_elastic_jobs_growth_as_a_workload_slice(
+    real_world: RealWorld, namespace: str, tmp_path: Path
+) -> None:
+    """`scaling.kueueWorkloadSlices` in a Kueue queue (Kueue v0.17, its
+    ElasticJobsViaWorkloadSlices gate on): Kueue admits the job at one worker. Ray Train asks
+    for two; Ray's autoscaler raises the worker group's replicas; Kueue admits a slice of two
+    workers and lets the second worker pod, gated until then, be scheduled. The job trains to
+    Succeeded in its first attempt."""
+    cluster = real_world.cluster
+    name = "slices"
+
+    def worker_counts(admitted: bool) -> list[int]:
+        found = []
+        for w in cluster.get_json("workloads.kueue.x-k8s.io", "-n", namespace)["items"]:
+            conditions = (w.get("status") or {}).get("conditions") or []
+            if admitted and not any(
+                c["type"] == "Admitted" and c["status"] == "True" for c in conditions
+            ):
+                continue
+            found += [p["count"] for p in w["spec"]["podSets"] if p["name"] == "workers"]
+        return found
+
+    with running(cluster, namespace, tmp_path, SLICES) as kueue:
+        kueue.queues(cpu="8", memory="64Gi")
+        try:
+            for doc in trainjob_on_real_node(DIGITS, name=name, epochs=ELASTIC_EPOCHS):
+                if doc["kind"] == "TrainJob":
+                    scaling = doc["spec"]["scaling"]
+                    del scaling["numWorkers"]
+                    scaling.update(minWorkers=1, maxWorkers=2, kueueWorkloadSlices=True)
+                    doc["spec"]["queueName"] = "team"
+                cluster.apply(doc, namespace=namespace)
+
+            wait_for(
+                lambda: 1 in worker_counts(admitted=True),
+                timeout=START_TIMEOUT,
+                what="Kueue to admit the first slice, of one worker",
+            )
+            wait_for(
+                lambda: 2 in worker_counts(admitted=True),
+                timeout=START_TIMEOUT,
+                what="Ray's autoscaler to ask for two workers and Kueue to admit that slice",
+            )
+
+            def two_workers() -> list[dict[str, Any]] | None:
+                pods = _running_ray_pods(real_world, namespace, name) or []
+                workers = [
+                    p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker"
+                ]
+                return workers if len(workers) == 2 else None
+
+            wait_for(two_workers, timeout=START_TIMEOUT, what="two workers Running")
+            done = wait_condition(cluster, namespace, name, "Succeeded", TRAIN_TIMEOUT)
+            assert done["status"]["trainerStatus"]["epoch"] == ELASTIC_EPOCHS - 1
+            assert done["status"].get("restarts", 0) == 0 and done["status"]["attempt"] == 0
+        finally:
+            cluster.kubectl("delete", "trainjob", name, "-n", namespace, "--wait=true", check=False)
 
 
 RESUMABLE = REPO / "examples" / "resumable.yaml"
