@@ -9,8 +9,8 @@ shared ReadWriteMany volume holds the checkpoints of every pod, and a Tune searc
 trials. examples/resumable.yaml goes on at its saved batch after a worker pod is deleted, a
 worker on the node's network trains, each worker's container gets the device it claims through
 DRA (the node runs Kubernetes' example DRA driver), Ray's autoscaler scales an elastic job
-through the chart's admission policy (and, under Kueue, in workload slices), and the Transformers and Lightning examples run as
-written in the image with their packages.
+through the chart's admission policy (and, under Kueue, in workload slices), and the
+Transformers and Lightning examples run as written in the image with their packages.
 
 Needs the real node (marker `realnode`), so it runs only inside the network namespace that
 `make test` creates (e2e/netns/run.sh). The fault tests also carry the marker `realpods_faults`
