@@ -12,12 +12,12 @@ elastic job), with the ElasticJobsViaWorkloadSlices feature gate when asked for.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,8 +62,6 @@ def _certificate(directory: Path) -> str:
         ],
         capture_output=True, check=True, timeout=60,
     )  # fmt: skip
-    import base64
-
     return base64.b64encode((directory / "tls.crt").read_bytes()).decode()
 
 
@@ -175,19 +173,17 @@ class Kueue:
         )
 
     def _wait_listening(self, port: int, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def listening() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise AssertionError(f"kueue exited {self.proc.returncode}:\n{self.tail()}")
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    return
+                    return True
             except OSError:
-                time.sleep(0.5)
-        raise AssertionError(
-            f"kueue's webhook server did not listen within {timeout}s:\n{self.tail()}"
-        )
+                return False
+
+        wait_for(listening, timeout, f"kueue's webhook server on port {port} (log: {self.log})")
 
     def apply(self, obj: dict[str, Any]) -> None:
         """Create a Kueue object; cluster-scoped ones are deleted in stop()."""

@@ -52,6 +52,13 @@ def kueue_without_slices(
         yield started
 
 
+def submit(cluster: KubeCluster, kueue: Kueue, name: str) -> None:
+    """The queues, the job's S3 Secret and an elastic TrainJob with kueueWorkloadSlices."""
+    kueue.queues(cpu="20")
+    create(cluster, kueue.namespace, secret(f"{name}-s3"))
+    create(cluster, kueue.namespace, elastic(name))
+
+
 def elastic(name: str) -> dict[str, Any]:
     return trainjob(
         name,
@@ -96,9 +103,7 @@ def test_an_elastic_job_grows_by_workload_slices_that_kueue_admits(
     kube_cluster: KubeCluster, namespace: str, operator: Operator, kueue: Kueue
 ) -> None:
     ns, name = namespace, "slices"
-    kueue.queues(cpu="20")
-    create(kube_cluster, ns, secret(f"{name}-s3"))
-    create(kube_cluster, ns, elastic(name))
+    submit(kube_cluster, kueue, name)
 
     rj = wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
     assert rj["metadata"]["annotations"][GATE] == "true"
@@ -168,9 +173,7 @@ def test_slices_without_kueues_feature_gate_stall_with_the_fix(
     kube_cluster: KubeCluster, namespace: str, operator: Operator, kueue_without_slices: Kueue
 ) -> None:
     ns, name = namespace, "nogate"
-    kueue_without_slices.queues(cpu="20")
-    create(kube_cluster, ns, secret(f"{name}-s3"))
-    create(kube_cluster, ns, elastic(name))
+    submit(kube_cluster, kueue_without_slices, name)
 
     stalled = wait_condition(kube_cluster, ns, name, "Stalled", timeout=T_CREATE)
     message = stalled["message"]

@@ -848,6 +848,12 @@ class NetworkSpec(_Model):
     node's EFA interfaces (4 on p4d.24xlarge, 32 on p5.48xlarge)."""
 
 
+SLICES_NEED_ELASTIC = (
+    "spec.scaling.kueueWorkloadSlices resizes an elastic job: set minWorkers and maxWorkers "
+    "instead of numWorkers, or remove kueueWorkloadSlices"
+)
+
+
 class ScalingSpec(_Model):
     """How many training workers run and what each gets (Ray Train's ScalingConfig)."""
 
@@ -880,8 +886,7 @@ class ScalingSpec(_Model):
                 _rule(
                     "!has(self.kueueWorkloadSlices) || !self.kueueWorkloadSlices || "
                     "!has(self.numWorkers)",
-                    "spec.scaling.kueueWorkloadSlices resizes an elastic job: set minWorkers "
-                    "and maxWorkers instead of numWorkers, or remove kueueWorkloadSlices",
+                    SLICES_NEED_ELASTIC,
                 ),
                 _rule(
                     "!has(self.acceleratorType) || (has(self.useGpu) && self.useGpu)",
@@ -907,10 +912,7 @@ class ScalingSpec(_Model):
                 "elastic one"
             )
         if self.kueue_workload_slices and self.num_workers is not None:
-            raise ValueError(
-                "spec.scaling.kueueWorkloadSlices resizes an elastic job: set minWorkers and "
-                "maxWorkers instead of numWorkers, or remove kueueWorkloadSlices"
-            )
+            raise ValueError(SLICES_NEED_ELASTIC)
         return self
 
     num_workers: int | None = Field(default=None, ge=1, le=10000)

@@ -147,9 +147,7 @@ def worker_replicas(trainjob: TrainJob) -> tuple[int, int, int]:
         return pods, pods, pods
     low = max(1, (scaling.min_workers or 1) // per_pod) * trials
     high = max(low, max(1, (scaling.max_workers or 1) // per_pod) * trials)
-    if trainjob.spec.queue_name and not scaling.kueue_workload_slices:
-        # Kueue admits a fixed shape and refuses the in-tree autoscaler, unless the workload
-        # may grow in slices (spec.scaling.kueueWorkloadSlices).
+    if _fixed_by_kueue(trainjob):
         return high, high, high
     return low, low, high
 
@@ -185,11 +183,14 @@ def worker_start_params(trainjob: TrainJob) -> dict[str, str]:
     return {**params, "num-cpus": str(math.ceil(cpu) + 1)}
 
 
+def _fixed_by_kueue(trainjob: TrainJob) -> bool:
+    """Kueue admits a queued job at a fixed shape and refuses the in-tree autoscaler, unless
+    the workload may grow in slices (spec.scaling.kueueWorkloadSlices)."""
+    return bool(trainjob.spec.queue_name) and not trainjob.spec.scaling.kueue_workload_slices
+
+
 def autoscaling_enabled(trainjob: TrainJob) -> bool:
-    scaling = trainjob.spec.scaling
-    if scaling.num_workers is not None:
-        return False
-    return not trainjob.spec.queue_name or bool(scaling.kueue_workload_slices)
+    return trainjob.spec.scaling.num_workers is None and not _fixed_by_kueue(trainjob)
 
 
 def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool) -> dict[str, Any]:
