@@ -4,14 +4,32 @@ The API server prunes fields a CRD's schema does not know, silently: a RayJob bu
 volumes, DRA claims or a host network that KubeRay's schema lacked would be stored without
 them. The operator builds the RayJob of a TrainJob that uses every new field, and the stored
 RayJob must still hold each one.
+
+KubeRay's controller writes the whole RayJob back when it adds its finalizer, through Go types
+that fill in what the operator left out. Any field so filled in changes the RayJob's spec and
+its generation while the job waits in a queue, and Kueue names a workload slice after that
+generation: a second slice for the same job, which left it suspended for good. The operator's
+RayJob must be what KubeRay would write back.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from _wait import wait_for
 from conftest import REPO, KubeCluster
-from test_operator import T_CREATE, Operator, crds, create, get, operator, secret, trainjob
+from test_operator import (
+    T_CREATE,
+    Operator,
+    crds,
+    create,
+    get,
+    operator,
+    pvc,
+    secret,
+    trainjob,
+)
 
 pytestmark = pytest.mark.integration
 __all__ = ["crds", "operator"]  # fixtures used by name
@@ -41,13 +59,8 @@ POD = {
 }
 
 
-def test_every_new_pod_field_survives_kuberays_schema(
-    kube_cluster: KubeCluster, namespace: str, operator: Operator
-) -> None:
-    name = "surface"
-    create(kube_cluster, namespace, secret(f"{name}-s3"))
-    # The claim's template must exist: preflight stalls a job whose claim names none.
-    create(kube_cluster, namespace, CLAIM_TEMPLATE)
+def surface(name: str) -> dict[str, Any]:
+    """A TrainJob that uses every pod field, a network profile and scheduler metadata."""
     job = trainjob(
         name,
         scaling={
@@ -61,7 +74,17 @@ def test_every_new_pod_field_survives_kuberays_schema(
     )
     job["metadata"]["labels"]["volcano.sh/queue-name"] = "research"
     job["metadata"]["annotations"] = {"argocd.argoproj.io/tracking-id": "app:x"}
-    create(kube_cluster, namespace, job)
+    return job
+
+
+def test_every_new_pod_field_survives_kuberays_schema(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    name = "surface"
+    create(kube_cluster, namespace, secret(f"{name}-s3"))
+    # The claim's template must exist: preflight stalls a job whose claim names none.
+    create(kube_cluster, namespace, CLAIM_TEMPLATE)
+    create(kube_cluster, namespace, surface(name))
 
     stored = wait_for(
         lambda: get(kube_cluster, namespace, "rayjobs.ray.io", f"{name}-0"),
@@ -111,3 +134,49 @@ def test_the_infiniband_example_is_accepted(
         "create", "-n", namespace, "--dry-run=server", "-f", "-", check=False, input=text
     )
     assert result.returncode == 0, result.stderr
+
+
+ELASTIC_IN_A_QUEUE = {
+    "scaling": {
+        "minWorkers": 1,
+        "maxWorkers": 3,
+        "kueueWorkloadSlices": True,
+        "resourcesPerWorker": {"cpu": "1", "memory": "1Gi"},
+    },
+    "queueName": "team",
+}
+
+
+@pytest.mark.parametrize(
+    "variant", ["defaults", "every-pod-field", "elastic-in-a-queue", "pvc-and-env"]
+)
+def test_kuberays_finalizer_update_leaves_the_rayjobs_spec_as_built(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator, variant: str
+) -> None:
+    name = variant
+    create(kube_cluster, namespace, secret(f"{name}-s3"))
+    if variant == "every-pod-field":
+        create(kube_cluster, namespace, CLAIM_TEMPLATE)
+        job = surface(name)
+    elif variant == "elastic-in-a-queue":
+        job = trainjob(name, **ELASTIC_IN_A_QUEUE)  # no Kueue here: it stays suspended
+    elif variant == "pvc-and-env":
+        create(kube_cluster, namespace, pvc("ckpt", "ReadWriteMany"))
+        job = trainjob(
+            name,
+            storage={"pvc": {"claimName": "ckpt"}},
+            workerTemplate={"env": [{"name": "EMPTY", "value": ""}]},
+        )
+    else:
+        job = trainjob(name)
+    create(kube_cluster, namespace, job)
+
+    def finalized() -> dict[str, Any] | None:
+        rayjob = get(kube_cluster, namespace, "rayjobs.ray.io", f"{name}-0")
+        finalizers = ((rayjob or {}).get("metadata") or {}).get("finalizers") or []
+        return rayjob if "ray.io/rayjob-finalizer" in finalizers else None
+
+    rayjob = wait_for(finalized, T_CREATE, "KubeRay to add its finalizer to the RayJob")
+    assert rayjob["metadata"]["generation"] == 1, (
+        f"KubeRay's update changed the RayJob's spec; the stored spec is:\n{rayjob['spec']}"
+    )

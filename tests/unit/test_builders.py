@@ -16,6 +16,7 @@ from raytrain_operator.builders.contract import build_contract_configmap, render
 from raytrain_operator.builders.meta import Meta, allowed_from_parent
 from raytrain_operator.builders.rayjob import (
     ANNOTATION_FIELD_HASHES,
+    as_kuberay_writes_it,
     build_rayjob,
     changed_fields,
 )
@@ -63,13 +64,59 @@ def test_rayjob_shape() -> None:
     assert 0 < spec["ttlSecondsAfterFinished"] <= 300
     assert spec["submissionMode"] == "K8sJobMode"
     assert spec["backoffLimit"] == 0
-    assert spec["suspend"] is False
+    assert "suspend" not in spec  # false, as KubeRay writes it back
     assert "activeDeadlineSeconds" not in spec
     assert spec["rayClusterSpec"]["rayVersion"] == "2.60.0"
 
 
 def test_suspend_is_passed_through() -> None:
     assert build_rayjob(trainjob(), meta(), 0, suspend=True)["spec"]["suspend"] is True
+
+
+def test_the_rayjob_is_what_kuberays_go_types_write_back() -> None:
+    # KubeRay's finalizer update goes through Go types: a worker group without scaleStrategy
+    # gains {}, and omitempty falses and empty env values vanish. Either moves the generation
+    # Kueue names workload slices after.
+    rj = build_rayjob(trainjob(), meta(), 0, suspend=False)
+    assert rj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["scaleStrategy"] == {}
+    written = as_kuberay_writes_it(
+        {
+            "suspend": False,
+            "template": {
+                "spec": {
+                    "hostNetwork": False,
+                    "automountServiceAccountToken": False,
+                    "securityContext": {"sysctls": [{"name": "net.x", "value": ""}]},
+                    "volumes": [{"name": "cache", "emptyDir": {}}],
+                    "containers": [
+                        {
+                            "name": "ray",
+                            "env": [{"name": "EMPTY", "value": ""}, {"name": "A", "value": "1"}],
+                            "volumeMounts": [
+                                {"name": "cache", "mountPath": "/c", "readOnly": False}
+                            ],
+                        }
+                    ],
+                }
+            },
+        }
+    )
+    assert written == {
+        "template": {
+            "spec": {
+                "automountServiceAccountToken": False,  # a pointer in Go: false is kept
+                "securityContext": {"sysctls": [{"name": "net.x", "value": ""}]},
+                "volumes": [{"name": "cache", "emptyDir": {}}],
+                "containers": [
+                    {
+                        "name": "ray",
+                        "env": [{"name": "EMPTY"}, {"name": "A", "value": "1"}],
+                        "volumeMounts": [{"name": "cache", "mountPath": "/c"}],
+                    }
+                ],
+            }
+        }
+    }
 
 
 def test_owner_reference_is_the_trainjob_as_controller() -> None:

@@ -215,6 +215,11 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
         "minReplicas": min_replicas,
         "maxReplicas": max_replicas,
         "rayStartParams": worker_start_params(trainjob),
+        # KubeRay's controller writes the RayJob back (its finalizer) with this field filled in
+        # as {}: written here, that update leaves the spec and its generation alone. Kueue
+        # names a workload slice after the generation, and a second name for a waiting job
+        # left it suspended for good.
+        "scaleStrategy": {},
         "template": _with_identity(
             build_pod_template(spec, meta, attempt, "worker", spec.worker_template),
             metadata["name"],
@@ -249,14 +254,45 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
         "apiVersion": RAYJOB_API_VERSION,
         "kind": "RayJob",
         "metadata": metadata,
-        "spec": {
-            "entrypoint": ENTRYPOINT,
-            "submissionMode": "K8sJobMode",
-            "shutdownAfterJobFinishes": True,
-            "ttlSecondsAfterFinished": RAYJOB_TTL_SECONDS,
-            "backoffLimit": 0,
-            "suspend": suspend,
-            "submitterPodTemplate": build_submitter_template(spec, meta, attempt),
-            "rayClusterSpec": cluster,
-        },
+        "spec": as_kuberay_writes_it(
+            {
+                "entrypoint": ENTRYPOINT,
+                "submissionMode": "K8sJobMode",
+                "shutdownAfterJobFinishes": True,
+                "ttlSecondsAfterFinished": RAYJOB_TTL_SECONDS,
+                "backoffLimit": 0,
+                "suspend": suspend,
+                "submitterPodTemplate": build_submitter_template(spec, meta, attempt),
+                "rayClusterSpec": cluster,
+            }
+        ),
     }
+
+
+#: Booleans that KubeRay's and Kubernetes' Go types leave out when false (`omitempty`), and
+#: for which false and absent mean the same.
+OMITTED_WHEN_FALSE = frozenset(
+    {"suspend", "shutdownAfterJobFinishes", "hostNetwork", "hostPID", "hostIPC", "stdin",
+     "stdinOnce", "tty", "readOnly"}
+)  # fmt: skip
+
+
+def as_kuberay_writes_it(value: Any, parent: str = "") -> Any:
+    """`value` (a RayJob's spec) without what KubeRay would drop when it writes the RayJob back.
+
+    KubeRay's controller updates the whole RayJob when it adds its finalizer, through Go types:
+    a false `omitempty` boolean or an empty environment value the operator wrote would vanish,
+    and the spec's generation would move while the job waits in a queue. Kueue names a
+    workload slice after that generation. Dropping them here changes nothing they mean.
+    `parent` is the key `value` sits under.
+    """
+    if isinstance(value, dict):
+        return {
+            key: as_kuberay_writes_it(item, key)
+            for key, item in value.items()
+            if not (item is False and key in OMITTED_WHEN_FALSE)
+            and not (parent == "env" and key == "value" and item == "")
+        }
+    if isinstance(value, list):
+        return [as_kuberay_writes_it(item, parent) for item in value]
+    return value
