@@ -103,3 +103,55 @@ def test_another_interpreter_gets_its_own_install(clone: Path) -> None:
     install(clone)
     (clone / "interpreter").write_text("/venvs/b 3.11.7\n")
     assert len(install(clone)) == 4
+
+
+#: A stand-in for each build script of `make prereqs`: it logs its start and end, with its
+#: arguments, and takes a moment, so that the log shows what ran beside what.
+FAKE_BUILD = """#!/usr/bin/env bash
+name="$(basename "$(dirname "$0")")/$(basename "$0")${1:+ $1}"
+echo "start $name" >> "$BUILD_LOG"
+sleep 0.4
+echo "end $name" >> "$BUILD_LOG"
+"""
+
+BUILD_SCRIPTS = [
+    "e2e/controlplane/build.sh",
+    "e2e/realnode/build.sh",
+    "e2e/images/build.sh",
+    "e2e/minio/build.sh",
+    "e2e/kueue/build.sh",
+    "scripts/helm.sh",
+]
+
+
+def test_prereqs_build_the_go_lane_and_the_images_lane_side_by_side(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    for script in BUILD_SCRIPTS:
+        (tmp_path / script).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / script).write_text(FAKE_BUILD)
+    log = tmp_path / "build-log"
+    proc = subprocess.run(
+        ["make", "-s", "prereqs", "PYTHON=python3", f"BUILD_LOG={log}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "BUILD_LOG": str(log)},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = log.read_text().splitlines()
+    at = {event: i for i, event in enumerate(events)}
+    # Each script ran once: the Debian packages, then the real node's whole build.
+    assert len(events) == 2 * (len(BUILD_SCRIPTS) + 1), events
+    # The Debian packages come first: buildah, runc and iptables are what both lanes use.
+    assert events[:2] == ["start realnode/build.sh debs", "end realnode/build.sh debs"], events
+    # The images start while the control plane compiles: the two lanes overlap.
+    assert at["start images/build.sh"] < at["end controlplane/build.sh"], events
+    assert at["start controlplane/build.sh"] < at["end images/build.sh"], events
+    # Each lane keeps its order.
+    assert at["end controlplane/build.sh"] < at["start realnode/build.sh"], events
+    assert at["end images/build.sh"] < at["start minio/build.sh"], events
+    assert at["end minio/build.sh"] < at["start kueue/build.sh"], events
+    assert at["end kueue/build.sh"] < at["start scripts/helm.sh"], events
