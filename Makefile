@@ -4,7 +4,7 @@
 # project first (`install`, skipped while nothing it depends on changed), and `make test` builds
 # what the tests need (`prereqs`) before it runs them in a network namespace of their own.
 PYTHON ?= python
-# Two jobs at once: the prerequisites of `make test` and `make demo` build in two lanes (see
+# Two jobs at once: the prerequisites of `make test` and `make demo` build side by side (see
 # prereqs). Each recipe that must run alone is a target's whole recipe, so nothing else changes.
 MAKEFLAGS += -j2
 PKGS := operator/raytrain_operator operator/raytrain trainer_runtime raytrain_contract
@@ -32,14 +32,15 @@ FRAMEWORKS_STAMP := $(STAMP_DIR)/frameworks-$(FRAMEWORKS_KEY)
 NETNS := bash e2e/netns/run.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install prereqs builds-debs builds-go builds-images demo test test-faults test-pending unit lint crds crds-check cluster-up cluster-down bench
+.PHONY: help install prereqs builds-debs builds-go builds-images builds-minio builds-kueue demo test test-faults test-pending unit lint crds crds-check cluster-up cluster-down bench
 
 help:
 	@echo "make demo          run the example TrainJob end to end (installs first; see README)"
 	@echo "make test          install, build the test prerequisites, lint, the whole test suite"
 	@echo "make install       install the project with the runtime and dev extras, and the"
 	@echo "                  framework packages of the examples (once)"
-	@echo "make prereqs       build what the tests need (control plane, MinIO, helm; cached)"
+	@echo "make prereqs       build what the tests need (control plane, real node, MinIO, Kueue,"
+	@echo "                  images; cached; two builds at a time)"
 	@echo "make lint          ruff + mypy --strict + import contracts"
 	@echo "make crds          regenerate crds/ and the chart's CRDs from the API models"
 	@echo "make cluster-up    start the local control plane (builds it once, cached)"
@@ -63,12 +64,13 @@ $(FRAMEWORKS_STAMP): $(INSTALL_STAMP)
 # outside the clone (~/.cache/raytrain) and costs seconds once built. Inside the tests'
 # network namespace nothing can be downloaded, so whatever a test builds must be built here.
 #
-# From nothing they take over half an hour, in two lanes side by side (the -j2 above):
-#   builds-go      the control plane and the real node: Go compiles that keep both cores busy;
-#   builds-images  the images (Debian packages, PyPI wheels and writing layers to disk), then
-#                  the smaller Go builds; `make test` runs the install and lint in this lane too.
-# Both need the Debian packages first (buildah for the images, runc and iptables for the node).
-prereqs: builds-go builds-images
+# From nothing they take about half an hour. Two at a time (the -j2 above), as a slot frees:
+# the control plane's and the real node's Go compiles (builds-go) keep both cores busy; the
+# images beside them are downloads (Debian packages, PyPI wheels) and layers written to disk;
+# `make test` adds the install and lint. MinIO and Kueue take whichever slot frees first. All
+# of them need the Debian packages first (buildah for the images, runc for the node). Helm is
+# one of the real node's builds.
+prereqs: builds-go builds-images builds-minio builds-kueue
 
 builds-debs:
 	bash e2e/realnode/build.sh debs
@@ -79,9 +81,12 @@ builds-go: builds-debs
 
 builds-images: builds-debs
 	bash e2e/images/build.sh
+
+builds-minio: builds-debs
 	bash e2e/minio/build.sh >/dev/null
+
+builds-kueue: builds-debs
 	bash e2e/kueue/build.sh >/dev/null
-	bash scripts/helm.sh >/dev/null
 
 # On real pods it needs the real node and the images too: prereqs builds them (cached).
 demo: install prereqs
@@ -99,7 +104,7 @@ lint: install
 # --durations: the log of every run names its slowest tests, CI's included. TEST_MARKERS
 # leaves out what only `make test-faults`, `make test-pending` and a benchmark run (tests/integration/
 # conftest.py and pyproject.toml name the markers).
-TEST_MARKERS ?= not realpods_pending and not realpods_preemption and not realpods_second_cluster and not realpods_bench and not realpods_sigkill
+TEST_MARKERS ?= not realpods_pending and not realpods_preemption and not realpods_second_cluster and not realpods_bench and not realpods_sigkill and not realpods_mid_epoch
 # scripts/test.sh runs tests/integration and the tests that need no cluster side by side.
 test: install prereqs lint
 	PYTHON='$(PYTHON)' bash scripts/test.sh '$(TEST_MARKERS)' $(PYTEST_ARGS)
@@ -107,7 +112,8 @@ test: install prereqs lint
 # The real-pod fault tests alone (docs/real-node.md): `make test` runs the deleted worker pod
 # with the rest; the deleted head pod, the suspend and resume and the node that takes the pods
 # away (marker realpods_second_cluster), the SIGKILLed training worker (realpods_sigkill) and
-# the evictions and the drain of test_realpods_preemption.py (marker realpods_preemption) run
+# the evictions and the drain of test_realpods_preemption.py (marker realpods_preemption) and
+# the resumable example's mid-epoch resume after a deleted worker pod (realpods_mid_epoch) run
 # only here.
 test-faults: install prereqs
 	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py tests/integration/test_realpods_preemption.py tests/integration/test_realpods_triage.py
