@@ -977,6 +977,8 @@ RESUMABLE = REPO / "examples" / "resumable.yaml"
 RESUMABLE_EPOCHS = 40
 
 
+@pytest.mark.realpods_faults
+@pytest.mark.realpods_mid_epoch
 def test_the_resumable_example_goes_on_at_its_saved_batch_after_a_worker_pod_is_deleted(
     real_world: RealWorld, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
