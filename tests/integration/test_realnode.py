@@ -394,7 +394,9 @@ def test_node_down_stops_every_process_and_restores_the_host(real_node: KubeClus
         up = _cluster_sh("up", "--real-node")
         assert up.returncode == 0, f"restarting the node failed:\n{up.stderr}"
     assert stale, "no ResourceSlice of the stopped driver was left to be mistaken for a new one"
-    assert f"removed the earlier ResourceSlice(s) of {NODE}" in up.stderr, up.stderr[-3000:]
+    # Who removes the stale slices is a race: `up` does before it starts the new driver, but the
+    # kubelet it has just started also wipes its node's slices at startup, in the background,
+    # and was first in a cold run. Either way none may be left when `up` says the node is ready.
     fresh = _dra_slices(real_node)
     assert fresh and not set(fresh) & set(stale), (stale, fresh)
 
