@@ -123,16 +123,14 @@ BUILD_SCRIPTS = [
 ]
 
 
-def test_prereqs_build_two_at_a_time_the_images_beside_the_go_compiles(tmp_path: Path) -> None:
-    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+def test_prereqs_build_two_at_a_time_the_images_beside_the_go_compiles(clone: Path) -> None:
     for script in BUILD_SCRIPTS:
-        (tmp_path / script).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / script).write_text(FAKE_BUILD)
-    log = tmp_path / "build-log"
+        (clone / script).parent.mkdir(parents=True, exist_ok=True)
+        (clone / script).write_text(FAKE_BUILD)
+    log = clone / "build-log"
     proc = subprocess.run(
-        ["make", "-s", "prereqs", "PYTHON=python3"],
-        cwd=tmp_path,
+        ["make", "-s", "prereqs", f"PYTHON={clone / 'python'}"],
+        cwd=clone,
         capture_output=True,
         text=True,
         timeout=60,
