@@ -32,7 +32,7 @@ FRAMEWORKS_STAMP := $(STAMP_DIR)/frameworks-$(FRAMEWORKS_KEY)
 NETNS := bash e2e/netns/run.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install prereqs builds-debs builds-go builds-images builds-minio builds-kueue demo test test-faults test-pending unit lint crds crds-check cluster-up cluster-down bench
+.PHONY: help install prereqs builds-debs builds-go builds-images builds-minio builds-kueue demo test test-faults test-frameworks test-pending unit lint crds crds-check cluster-up cluster-down bench
 
 help:
 	@echo "make demo          run the example TrainJob end to end (installs first; see README)"
@@ -104,7 +104,7 @@ lint: install
 # --durations: the log of every run names its slowest tests, CI's included. TEST_MARKERS
 # leaves out what only `make test-faults`, `make test-pending` and a benchmark run (tests/integration/
 # conftest.py and pyproject.toml name the markers).
-TEST_MARKERS ?= not realpods_pending and not realpods_preemption and not realpods_second_cluster and not realpods_bench and not realpods_sigkill and not realpods_mid_epoch
+TEST_MARKERS ?= not realpods_pending and not realpods_preemption and not realpods_second_cluster and not realpods_bench and not realpods_sigkill and not realpods_mid_epoch and not realpods_frameworks
 # scripts/test.sh runs tests/integration and the tests that need no cluster side by side.
 test: install prereqs lint
 	PYTHON='$(PYTHON)' bash scripts/test.sh '$(TEST_MARKERS)' $(PYTEST_ARGS)
@@ -117,6 +117,12 @@ test: install prereqs lint
 # only here.
 test-faults: install prereqs
 	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py tests/integration/test_realpods_preemption.py tests/integration/test_realpods_triage.py
+
+# The Transformers and Lightning examples as written, in the frameworks image, on real pods.
+# `make test` trains both in local mode (tests/runtime/test_frameworks.py) and checks the image
+# (tests/images), and leaves these out to stay within CI's time.
+test-frameworks: install prereqs
+	$(NETNS) $(PYTHON) -m pytest -m realpods_frameworks tests/integration/test_realpods.py
 
 # The real-pod tests that do not pass yet (docs/real-node.md); not part of `make test`.
 # None carries the marker today: pytest's "no tests collected" (exit 5) is then a pass.

@@ -229,7 +229,8 @@ def _through_a_template(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespace: str) -> None:
     """The digits example, its defaults in a TrainJobTemplate (docs/templates.md): the job's
     pods run with what the template gives, the pod surface among it (a volume, a RuntimeClass,
-    an image pull Secret)."""
+    an image pull Secret). Then what a user does next: reads the finished run's stored metrics
+    history and log, and continues it in a new TrainJob (spec.resumeFrom)."""
     cluster = real_world.cluster
     cluster.apply(RUNTIME_CLASS)
     auth = base64.b64encode(b"raytrain:not-used").decode()
@@ -303,14 +304,7 @@ def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespac
     assert len(_checkpoints(real_world, run_name)) == 2
 
     def driver_log() -> subprocess.CompletedProcess[str]:
-        logs = subprocess.run(
-            [sys.executable, "-m", "raytrain_operator.cli", "logs", "digits", "-n", namespace],
-            env=cluster.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        logs = _logs(real_world, namespace, "digits")
         assert logs.returncode == 0, logs.stderr
         return logs
 
@@ -324,6 +318,53 @@ def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespac
     )
     assert f"run {run_name}, attempt 0: 2 workers" in logs.stdout, logs.stdout[-3000:]
     assert "b'" not in logs.stdout.splitlines()[0], logs.stdout[:300]
+
+    # The finished run's metrics history and driver log stay in storage (raytrain logs reads
+    # them through a reader pod), and a new TrainJob, a run of its own, goes on from its latest
+    # checkpoint (spec.resumeFrom).
+    metrics = _logs(real_world, namespace, "digits", "--metrics")
+    assert metrics.returncode == 0, metrics.stderr
+    lines = [json.loads(x) for x in metrics.stdout.splitlines()]
+    assert [r["epoch"] for r in lines] == [0, 1, 2]
+    assert all(r["checkpoint"].startswith("s3://raytrain/checkpoints/") for r in lines)
+    stored = _logs(real_world, namespace, "digits", "--attempt", "0")
+    assert stored.returncode == 0, stored.stderr
+    assert f"run {run_name} finished" in stored.stdout
+    _apply_digits(real_world, namespace, "more", epochs=5, resumeFrom={"trainJob": "digits"})
+    # Once the new job has recorded where it starts, the old one may go (and free its cluster:
+    # the node has room for one at a time).
+    wait_for(
+        lambda: _trainjob(real_world, namespace, "more").get("status", {}).get("resumedFrom"),
+        timeout=120,
+        what="status.resumedFrom of the new job",
+    )
+    cluster.kubectl("delete", "trainjob", "digits", "-n", namespace, "--wait=false")
+    waited = cluster.kubectl(
+        "wait", "trainjob/more", "-n", namespace, "--for=condition=Succeeded",
+        f"--timeout={START_TIMEOUT + TRAIN_TIMEOUT}s", check=False,
+        timeout=START_TIMEOUT + TRAIN_TIMEOUT + 60,
+    )  # fmt: skip
+    more = _trainjob(real_world, namespace, "more")
+    assert waited.returncode == 0, (waited.stderr, json.dumps(more.get("status"), indent=1))
+    assert more["status"]["resumedFrom"] == latest
+    assert more["status"]["runName"] not in latest
+    continued = _logs(real_world, namespace, "more", "--metrics")
+    assert continued.returncode == 0, continued.stderr
+    assert [json.loads(x)["epoch"] for x in continued.stdout.splitlines()] == [3, 4]
+    driver = _logs(real_world, namespace, "more", "--attempt", "0")
+    assert f"the run starts from {latest} (spec.resumeFrom)" in driver.stdout, driver.stdout
+
+
+def _logs(world: RealWorld, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`raytrain logs ARGS -n NAMESPACE`, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "raytrain_operator.cli", "logs", *args, "-n", namespace],
+        env=world.cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def _record(
@@ -669,6 +710,7 @@ FRAMEWORK_EXAMPLES = {
 
 
 @uses_frameworks_image
+@pytest.mark.realpods_frameworks
 @pytest.mark.parametrize("example", sorted(FRAMEWORK_EXAMPLES))
 def test_a_framework_example_trains_in_the_frameworks_image(
     real_world: RealWorld, namespace: str, tmp_path_factory: pytest.TempPathFactory, example: str
