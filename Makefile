@@ -36,7 +36,9 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make demo          run the example TrainJob end to end (installs first; see README)"
-	@echo "make test          install, build the test prerequisites, lint, the whole test suite"
+	@echo "make test          install, build the test prerequisites, lint, the test suite CI runs"
+	@echo "make test-faults   the real-pod fault tests make test leaves out (long: its evictions and drain alone take about 20 min)"
+	@echo "make test-frameworks  the Transformers and Lightning examples on real pods"
 	@echo "make install       install the project with the runtime and dev extras, and the"
 	@echo "                  framework packages of the examples (once)"
 	@echo "make prereqs       build what the tests need (control plane, real node, MinIO, Kueue,"
