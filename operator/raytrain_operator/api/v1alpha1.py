@@ -1452,6 +1452,36 @@ class ResumeFromSpec(_Model):
     or an absolute path under spec.storage.pvc.mountPath."""
 
 
+class CodeSpec(_Model):
+    """A snapshot of the training code, made by `raytrain submit --code DIR` (or the SDK's
+    `train(code=...)`): a zip archive in the job's own storage, named by the SHA-256 of its
+    bytes. The runtime downloads it, checks the hash, and puts it on the import path (and as the
+    working directory) of the driver and of every training worker, so the entrypoint can name a
+    module or script of it. Every attempt of the job (retries, resumes, a resume after suspend)
+    runs this same snapshot; the hash cannot change while the job runs."""
+
+    uri: str = Field(
+        max_length=1024,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _rule(
+                    "(self.startsWith('s3://') || self.startsWith('/')) && "
+                    "self.endsWith('.zip') && !self.matches('/[.][.]?(/|$)') && "
+                    "!self.matches('[[:cntrl:]]')",
+                    "spec.code.uri must be a zip archive: an s3:// URI or an absolute path under "
+                    "spec.storage.pvc.mountPath ending in .zip, without '.' or '..' segments "
+                    "(raytrain submit --code DIR writes one)",
+                )
+            ]
+        },
+    )
+    """Where the archive is: an s3:// URI (read with this job's S3 settings and credentials) or
+    an absolute path under spec.storage.pvc.mountPath."""
+    sha256: str = Field(pattern="^[0-9a-f]{64}$")
+    """The SHA-256 of the archive's bytes, in lower-case hex; a download that does not match it
+    fails the attempt instead of running other code."""
+
+
 class TemplateKind(str, Enum):
     CLUSTER = CLUSTER_TEMPLATE_KIND
     NAMESPACED = TEMPLATE_KIND
@@ -1551,6 +1581,14 @@ class TrainJobSpec(_Model):
                     "s3:// URI when spec.storage is s3, a path under spec.storage.pvc.mountPath "
                     "when it is a pvc",
                 ),
+                _rule(
+                    "!has(self.code) || !has(self.storage) || (has(self.storage.s3) ? "
+                    "self.code.uri.startsWith('s3://') : "
+                    "self.code.uri.startsWith(self.storage.pvc.mountPath + '/'))",
+                    "spec.code.uri must be where this job's pods can read it: an s3:// URI when "
+                    "spec.storage is s3, a path under spec.storage.pvc.mountPath when it is a "
+                    "pvc (raytrain submit --code stores it there)",
+                ),
             ]
         }
     )
@@ -1604,6 +1642,10 @@ class TrainJobSpec(_Model):
     """Start the run from another TrainJob's latest checkpoint or from a checkpoint location,
     instead of from scratch (for example to continue a job that failed or ran out of time).
     Cannot change once the job has started."""
+    code: CodeSpec | None = _new()
+    """The training code as a snapshot in the job's storage (`raytrain submit --code DIR`),
+    put on the import path of the driver and every worker: no image build for a code change.
+    Without it the entrypoint is imported from the image."""
     datasets: dict[str, DatasetSpec] | None = Field(
         default=None,
         json_schema_extra={
@@ -1913,7 +1955,7 @@ class TrainJobStatus(_Model):
 
 
 #: What a running job cannot change (the checkpoints' place and what reads them).
-IMMUTABLE_ONCE_STARTED = ("image", "entrypoint", "storage", "template")
+IMMUTABLE_ONCE_STARTED = ("image", "entrypoint", "storage", "template", "code")
 
 
 class TrainJob(_Model):
@@ -1943,9 +1985,9 @@ class TrainJob(_Model):
                         for f in IMMUTABLE_ONCE_STARTED
                     )
                     + ")",
-                    "spec.image, spec.entrypoint, spec.storage and spec.template are immutable "
-                    "once the job has started; set spec.suspend: true first, or create a new "
-                    "TrainJob",
+                    "spec.image, spec.entrypoint, spec.storage, spec.code and spec.template are "
+                    "immutable once the job has started; set spec.suspend: true first, or create "
+                    "a new TrainJob",
                     reason="FieldValueForbidden",
                     fieldPath=".spec",
                 ),
