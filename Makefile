@@ -7,7 +7,7 @@ PYTHON ?= python
 # Two jobs at once: the prerequisites of `make test` and `make demo` build side by side (see
 # prereqs). Each recipe that must run alone is a target's whole recipe, so nothing else changes.
 MAKEFLAGS += -j2
-PKGS := operator/raytrain_operator operator/raytrain trainer_runtime raytrain_contract
+PKGS := operator/raytrain_operator sdk/raytrain trainer_runtime raytrain_contract
 CRD := crds/trainjobs.raytrain.dev.yaml
 TEMPLATE_CRDS := crds/trainjobtemplates.raytrain.dev.yaml
 EXTRAS := dev,runtime

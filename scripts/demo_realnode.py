@@ -103,7 +103,7 @@ def main() -> int:
             watch.wait()
         print(cluster.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide").stdout)
 
-        raytrain = [sys.executable, "-m", "raytrain_operator.cli"]
+        raytrain = [sys.executable, "-m", "raytrain.cli"]
         say("raytrain get digits")
         subprocess.run([*raytrain, "get", "digits", "-n", NAMESPACE], env=cluster.env, check=True)
         say("raytrain logs digits (the training driver, from KubeRay's submitter pod)")

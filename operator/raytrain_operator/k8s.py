@@ -32,8 +32,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import kopf
 
-from raytrain_operator import metrics
-from raytrain_operator.api.v1alpha1 import (
+from raytrain_contract.api.v1alpha1 import (
     CLUSTER_TEMPLATE_KIND,
     CLUSTER_TEMPLATE_PLURAL,
     GROUP,
@@ -41,6 +40,7 @@ from raytrain_operator.api.v1alpha1 import (
     TEMPLATE_PLURAL,
     VERSION,
 )
+from raytrain_operator import metrics
 
 T = TypeVar("T")
 log = logging.getLogger("raytrain_operator.k8s")

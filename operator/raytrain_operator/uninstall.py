@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
+from raytrain_contract.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator.settings import FINALIZER, LEGACY_FINALIZER
 
 MODES = ("removeFinalizers", "deleteTrainJobs")

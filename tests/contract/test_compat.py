@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from raytrain_contract import dump_contract, load_contract
-from raytrain_operator.api import templates
-from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_contract.api import templates
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import render_contract
 from raytrain_operator.builders.meta import Meta
 

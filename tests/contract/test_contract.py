@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import raytrain_contract as contract
-from raytrain_operator.api import templates
-from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_contract.api import templates
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import build_contract_configmap, render_contract
 from raytrain_operator.builders.meta import Meta
 
@@ -29,7 +29,8 @@ def _examples() -> list[dict[str, Any]]:
     docs = []
     for path in sorted(EXAMPLES.glob("*.yaml")):
         found = [d for d in yaml.safe_load_all(path.read_text()) if d]
-        # A TrainJob with spec.template runs with the template merged in (api/templates.py).
+        # A TrainJob with spec.template runs with the template merged in
+        # (raytrain_contract/api/templates.py).
         docs += [templates.expand(d, found) for d in found if d.get("kind") == "TrainJob"]
     return docs
 

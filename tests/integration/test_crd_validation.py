@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_contract.api.v1alpha1 import TrainJob
 
 pytestmark = pytest.mark.integration
 

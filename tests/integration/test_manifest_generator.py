@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from raytrain_operator.api.v1alpha1 import API_VERSION, GROUP, PLURAL, VERSION, TrainJob
+from raytrain_contract.api.v1alpha1 import API_VERSION, GROUP, PLURAL, VERSION, TrainJob
 from raytrain_operator.builders.contract import build_contract_configmap
 from raytrain_operator.builders.meta import Meta
 from raytrain_operator.builders.names import name_problems

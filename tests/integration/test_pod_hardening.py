@@ -18,7 +18,7 @@ from _wait import wait_for
 from conftest import KubeCluster
 from test_operator import T_KUBERAY, crds, create, get, operator, secret, trainjob  # noqa: F401 - fixtures, used by name
 
-from raytrain_operator.cli import driverlog
+from raytrain import driverlog
 
 
 def _pods(cluster: KubeCluster, ns: str, selector: str) -> list[dict[str, Any]]:

@@ -358,7 +358,7 @@ def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespac
 def _logs(world: RealWorld, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`raytrain logs ARGS -n NAMESPACE`, as a user runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "raytrain_operator.cli", "logs", *args, "-n", namespace],
+        [sys.executable, "-m", "raytrain.cli", "logs", *args, "-n", namespace],
         env=world.cluster.env,
         capture_output=True,
         text=True,

@@ -30,7 +30,7 @@ from test_realpods import (
     real_world,
 )
 
-from raytrain_operator.api.v1alpha1 import TrainJobSpec
+from raytrain_contract.api.v1alpha1 import TrainJobSpec
 from raytrain_operator.builders import reader
 from raytrain_operator.builders.meta import Meta
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import KubeCluster
+
 from raytrain import (
     ConfigError,
     InvalidJobError,
@@ -27,8 +28,7 @@ from raytrain import (
     TrainJobClient,
     WaitTimeoutError,
 )
-
-from raytrain_operator.api import v1alpha1 as api
+from raytrain_contract.api import v1alpha1 as api
 
 pytestmark = pytest.mark.integration
 

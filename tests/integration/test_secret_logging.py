@@ -21,8 +21,8 @@ from typing import Any
 import kopf
 import pytest
 
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator import k8s
-from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.meta import Meta
 from raytrain_operator.handlers import preflight
 

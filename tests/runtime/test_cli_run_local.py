@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raytrain_operator.cli import main
+from raytrain.cli import main
 
 pytestmark = [pytest.mark.runtime, pytest.mark.usefixtures("ray_local")]
 

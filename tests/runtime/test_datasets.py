@@ -142,7 +142,7 @@ def test_raytrain_run_local_reads_a_parquet_dataset_split_across_two_workers(
     }
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(manifest))
-    argv = [sys.executable, "-m", "raytrain_operator.cli", "run", str(path), "--local", "--quiet",
+    argv = [sys.executable, "-m", "raytrain.cli", "run", str(path), "--local", "--quiet",
             "--storage-path", str(tmp_path / "store")]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)  # fmt: skip

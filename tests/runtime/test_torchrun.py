@@ -22,7 +22,7 @@ DIGITS = REPO / "examples" / "digits.yaml"
 
 
 def test_torchrun_trains_the_digits_example_to_the_end_in_two_processes(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "raytrain_operator.cli", "run", str(DIGITS), "--local",
+    argv = [sys.executable, "-m", "raytrain.cli", "run", str(DIGITS), "--local",
             "--torchrun", "--epochs", "3", "--storage-path", str(tmp_path / "store")]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)  # fmt: skip

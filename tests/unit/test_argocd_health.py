@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_contract.api.v1alpha1 import TrainJob
 
 lupa = pytest.importorskip("lupa", reason="pip install lupa (in the dev extra)")
 

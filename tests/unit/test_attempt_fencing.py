@@ -10,8 +10,8 @@ import kopf
 import pytest
 from _factories import UID, manifest, meta, trainjob
 
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator import k8s
-from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.handlers import apply, reconcile
 from raytrain_operator.status import machine as m
 

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from _factories import ROOT_EXAMPLES, meta, trainjob
 
-from raytrain_operator.api import templates
-from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_contract.api import templates
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.contract import build_contract_configmap, render_contract
 from raytrain_operator.builders.meta import Meta, allowed_from_parent

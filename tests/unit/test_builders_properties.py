@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raytrain_operator.api.v1alpha1 import MAX_NAME_LENGTH, TrainJob
+from raytrain_contract.api.v1alpha1 import MAX_NAME_LENGTH, TrainJob
 from raytrain_operator.builders.contract import build_contract_configmap, render_contract
 from raytrain_operator.builders.meta import Meta
 from raytrain_operator.builders.names import DNS_LABEL_MAX, all_names, name_problems

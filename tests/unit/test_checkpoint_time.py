@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raytrain_operator.api.v1alpha1 import TrainJobStatus
+from raytrain_contract.api.v1alpha1 import TrainJobStatus
 from trainer_runtime.reporter import RecordingTransport, Reporter
 
 T0 = 1_795_000_000.0  # 2026-11-18T11:06:40Z

@@ -10,8 +10,8 @@ import pathlib
 
 import pytest
 
+from raytrain.cli import local, main
 from raytrain_contract import load_contract
-from raytrain_operator.cli import local, main
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "examples" / "digits.yaml"

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
-from raytrain import LogsUnavailableError, TrainJobClient
 
+from raytrain import LogsUnavailableError, TrainJobClient, driverlog
+from raytrain.cli import build_parser, cluster
 from raytrain_operator.builders.pods import SUBMITTER_CONTAINER
-from raytrain_operator.cli import build_parser, cluster, driverlog
 
 
 def _pod(

@@ -9,10 +9,10 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from raytrain.models import Checkpoints, Event, TrainJob
 from rich.console import Console
 
-from raytrain_operator.cli import build_parser, cluster, kubectl_main, render
+from raytrain.cli import build_parser, cluster, kubectl_main, render
+from raytrain.models import Checkpoints, Event, TrainJob
 
 NOW = dt.datetime(2026, 11, 22, 8, 0, 0, tzinfo=dt.timezone.utc)
 

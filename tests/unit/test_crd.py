@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from raytrain_contract.api import templates
+from raytrain_contract.api import v1alpha1 as api
 from raytrain_operator.api import crd as crdgen
-from raytrain_operator.api import templates
-from raytrain_operator.api import v1alpha1 as api
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "trainjobs.raytrain.dev.yaml"

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
-from raytrain_operator.api import templates
-from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_contract.api import templates
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.contract import build_contract
 from raytrain_operator.builders.meta import Meta

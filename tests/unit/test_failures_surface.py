@@ -11,9 +11,9 @@ import kopf
 import pytest
 from _factories import UID, manifest, meta, trainjob
 
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_contract.timefmt import rfc3339
 from raytrain_operator import k8s
-from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.handlers import apply, rayjobs, reconcile
 from raytrain_operator.k8s import ApiException
 from raytrain_operator.status import machine as m

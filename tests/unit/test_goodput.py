@@ -10,8 +10,8 @@ import pytest
 from _factories import manifest, meta
 from test_triage import pod
 
+from raytrain_contract.api.v1alpha1 import TrainJob, TrainJobStatus
 from raytrain_contract.timefmt import rfc3339
-from raytrain_operator.api.v1alpha1 import TrainJob, TrainJobStatus
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.status import goodput as g
 from raytrain_operator.status import machine as m

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raytrain_operator.api.v1alpha1 import MAX_NAME_LENGTH
+from raytrain_contract.api.v1alpha1 import MAX_NAME_LENGTH
 from raytrain_operator.builders import names
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from _factories import BASE, meta, trainjob
 
-from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator.handlers import preflight
 from raytrain_operator.handlers.preflight import override_problem
 from raytrain_operator.settings import CONFIG, OperatorConfig

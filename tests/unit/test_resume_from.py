@@ -11,10 +11,10 @@ import pytest
 from _factories import manifest, meta
 
 from raytrain_contract import load_contract
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_contract.timefmt import rfc3339
 from raytrain_contract.v1 import ContractError, dump_contract
 from raytrain_operator import k8s
-from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import build_contract, build_contract_configmap
 from raytrain_operator.handlers import preflight
 from raytrain_operator.status import machine as m

@@ -12,7 +12,7 @@ from test_status_machine import NOW, cond, rayjob, run, status_after
 from test_triage import USER_TRACEBACK, container, pod
 from test_triage_machine import OOM_POD, failed_report
 
-from raytrain_operator.api.v1alpha1 import FAILURE_CLASSES, TrainJob
+from raytrain_contract.api.v1alpha1 import FAILURE_CLASSES, TrainJob
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.status import machine as m
 from raytrain_operator.status import triage

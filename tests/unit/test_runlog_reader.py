@@ -15,13 +15,13 @@ from urllib.parse import parse_qs, urlsplit
 import _factories as f
 import pytest
 from kubernetes import client
+
 from raytrain import LogsUnavailableError, TrainJobClient
 from raytrain import client as sdk_module
-
+from raytrain.cli import build_parser, cluster
 from raytrain_operator.builders import reader
 from raytrain_operator.builders.names import run_name
 from raytrain_operator.builders.pods import build_pod_template
-from raytrain_operator.cli import build_parser, cluster
 
 RUN = run_name("digits", f.UID)
 S3_DIR = f"s3://bucket/prefix/{RUN}"

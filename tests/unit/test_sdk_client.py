@@ -14,6 +14,7 @@ import pytest
 import yaml
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
+
 from raytrain import (
     CRDNotInstalledError,
     InvalidJobError,
@@ -25,8 +26,7 @@ from raytrain import (
     WaitTimeoutError,
 )
 from raytrain.client import _about
-
-from raytrain_operator.api import v1alpha1 as api
+from raytrain_contract.api import v1alpha1 as api
 
 REPO = Path(__file__).resolve().parents[2]
 

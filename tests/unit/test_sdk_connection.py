@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import config
+
 from raytrain import ClusterUnreachableError, ConfigError, TrainJobClient, _connection
 
 

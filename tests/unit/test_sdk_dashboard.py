@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from raytrain import DashboardUnavailableError, TrainJobClient
 
-from raytrain_operator.cli import cluster
+from raytrain import DashboardUnavailableError, TrainJobClient
+from raytrain.cli import cluster
 
 
 class _Custom:

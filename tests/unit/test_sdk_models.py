@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Any
 
 import pytest
+
 from raytrain.models import Checkpoints, Event, TrainJob, wait_outcome, wanted_statuses
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from _factories import manifest, meta
 
-from raytrain_operator.api.v1alpha1 import TrainJob
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.status import machine as m
 from raytrain_operator.status.conditions import find

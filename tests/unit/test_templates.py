@@ -10,9 +10,9 @@ import kopf
 import pytest
 from _factories import BASE, UID
 
+from raytrain_contract.api import templates
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator import k8s
-from raytrain_operator.api import templates
-from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.handlers import reconcile
 from raytrain_operator.handlers import templates as reader
 

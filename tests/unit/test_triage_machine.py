@@ -10,8 +10,8 @@ from prometheus_client import REGISTRY
 from test_status_machine import NOW, cond, rayjob, run, status_after
 from test_triage import GLOO_TIMEOUT, USER_TRACEBACK, container, pod
 
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator import k8s
-from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.handlers import reconcile
 from raytrain_operator.status import machine as m
 from raytrain_operator.status import triage

@@ -32,7 +32,7 @@ from raytrain_contract import (
     dump_contract,
     to_json,
 )
-from raytrain_operator.api.v1alpha1 import (
+from raytrain_contract.api.v1alpha1 import (
     API_VERSION,
     GPU_RESOURCE_NAME,
     NVIDIA_GPU,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytrain_operator.api.v1alpha1 import API_VERSION, KIND
+from raytrain_contract.api.v1alpha1 import API_VERSION, KIND
 
 PREFIX = "raytrain.dev"
 LABEL_TRAINJOB = f"{PREFIX}/trainjob"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from raytrain_operator.api.v1alpha1 import MAX_NAME_LENGTH, NAME_PATTERN
+from raytrain_contract.api.v1alpha1 import MAX_NAME_LENGTH, NAME_PATTERN
 
 #: Kubernetes' limit for names that become DNS labels (Services) and label values.
 DNS_LABEL_MAX = 63

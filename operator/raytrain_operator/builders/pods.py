@@ -15,7 +15,7 @@ import copy
 from decimal import Decimal
 from typing import Any
 
-from raytrain_operator.api.v1alpha1 import (
+from raytrain_contract.api.v1alpha1 import (
     NVIDIA_GPU,
     NetworkProfile,
     PlacementStrategy,
@@ -99,7 +99,7 @@ SUBMITTER_RESOURCES: dict[str, Any] = {
 
 
 #: What each network profile adds to a worker pod: its device resource and NCCL's environment
-#: (api/v1alpha1.py, NetworkSpec, says why each variable is set).
+#: (raytrain_contract/api/v1alpha1.py, NetworkSpec, says why each variable is set).
 NETWORK_DEVICE = {
     NetworkProfile.INFINIBAND: "rdma/ib",
     NetworkProfile.EFA: "vpc.amazonaws.com/efa",

@@ -18,7 +18,7 @@ import math
 import re
 from typing import Any
 
-from raytrain_operator.api.v1alpha1 import PodOverrides, TrainJob
+from raytrain_contract.api.v1alpha1 import PodOverrides, TrainJob
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.meta import (
     ANNOTATION_GENERATION,

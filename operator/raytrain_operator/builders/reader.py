@@ -15,7 +15,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from raytrain_operator.api.v1alpha1 import TrainJobSpec
+from raytrain_contract.api.v1alpha1 import TrainJobSpec
 from raytrain_operator.builders.contract import storage_of
 from raytrain_operator.builders.meta import LABEL_ROLE, Meta, base_labels, owner_reference
 from raytrain_operator.builders.names import run_name, runtime_account_name

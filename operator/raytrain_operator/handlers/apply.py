@@ -37,9 +37,9 @@ from typing import Any
 
 import kopf
 
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_contract.timefmt import parse_rfc3339
 from raytrain_operator import k8s, metrics
-from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import build_contract_configmap
 from raytrain_operator.builders.disruption import build_pod_disruption_budget
 from raytrain_operator.builders.meta import (

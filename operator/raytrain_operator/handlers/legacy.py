@@ -12,8 +12,8 @@ from typing import Any
 
 import kopf
 
+from raytrain_contract.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator import k8s
-from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator.settings import LEGACY_FINALIZER
 
 

@@ -23,9 +23,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from raytrain_contract.api import templates
+from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator import k8s
-from raytrain_operator.api import templates
-from raytrain_operator.api.v1alpha1 import TrainJob
 from raytrain_operator.builders.contract import CONTRACT_KEY, build_contract_configmap
 from raytrain_operator.builders.meta import Meta
 from raytrain_operator.settings import CONFIG, OperatorConfig

@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from raytrain_operator import k8s
-from raytrain_operator.api import templates
-from raytrain_operator.api.v1alpha1 import (
+from raytrain_contract.api import templates
+from raytrain_contract.api.v1alpha1 import (
     CLUSTER_TEMPLATE_KIND,
     CLUSTER_TEMPLATE_PLURAL,
     TEMPLATE_PLURAL,
 )
+from raytrain_operator import k8s
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from typing import Any
 
 import kopf
 
+from raytrain_contract.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator import metrics
-from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator.handlers.reconcile import reconcile
 from raytrain_operator.handlers.wake import WAKER
 from raytrain_operator.settings import CONFIG

@@ -40,9 +40,9 @@ from typing import Any, cast
 
 import kopf
 
+from raytrain_contract.api import templates
+from raytrain_contract.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator import k8s, metrics
-from raytrain_operator.api import templates
-from raytrain_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator.builders.meta import LABEL_TRAINJOB
 from raytrain_operator.k8s import RAY_GROUP, RAY_VERSION, RAYJOBS
 from raytrain_operator.settings import CONFIG

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from raytrain_contract.api.v1alpha1 import GPU_RESOURCE_NAME
 from raytrain_contract.timefmt import parse_rfc3339, rfc3339
-from raytrain_operator.api.v1alpha1 import GPU_RESOURCE_NAME
 
 #: How a cluster's time ended. Running: up at the latest pass. Succeeded: the training finished.
 #: Retried: its attempt failed and another attempt follows. Failed: its attempt failed the job.

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from raytrain_contract.api.v1alpha1 import DisruptionSpec, TrainJob
 from raytrain_contract.timefmt import parse_rfc3339, rfc3339
-from raytrain_operator.api.v1alpha1 import DisruptionSpec, TrainJob
 from raytrain_operator.builders.meta import (
     ANNOTATION_CHECKPOINT_REQUESTED,
     ANNOTATION_GENERATION,

@@ -28,8 +28,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from raytrain_operator.api import templates
-from raytrain_operator.api.v1alpha1 import API_VERSION, KIND, TrainJob
+from raytrain_contract.api import templates
+from raytrain_contract.api.v1alpha1 import API_VERSION, KIND, TrainJob
 from raytrain_operator.builders.contract import render_contract
 from raytrain_operator.builders.meta import Meta
 

@@ -24,7 +24,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from raytrain_operator import __version__
+from raytrain import __version__
 
 
 def _add_namespace(parser: argparse.ArgumentParser, all_namespaces: bool = False) -> None:
@@ -205,10 +205,10 @@ def build_parser(prog: str = "raytrain") -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, prog: str = "raytrain") -> int:
     args = build_parser(prog).parse_args(argv)
     if args.command == "run":
-        from raytrain_operator.cli.local import run_local_command
+        from raytrain.cli.local import run_local_command
 
         return run_local_command(args)
-    from raytrain_operator.cli import cluster
+    from raytrain.cli import cluster
 
     commands = {
         "submit": cluster.submit,

@@ -22,7 +22,7 @@ import urllib3
 from kubernetes import client, utils, watch
 from kubernetes.client.exceptions import ApiException
 
-from raytrain import _manifest, models
+from raytrain import _manifest, driverlog, models
 from raytrain._connection import Connection, api_message, connect, not_found_details
 from raytrain._dashboard import DashboardSession, DashboardTarget
 from raytrain.errors import (
@@ -40,12 +40,11 @@ from raytrain.errors import (
     WaitTimeoutError,
 )
 from raytrain.models import Checkpoints, Event, TrainJob
-from raytrain_operator.api import templates
-from raytrain_operator.api import v1alpha1 as api
+from raytrain_contract.api import templates
+from raytrain_contract.api import v1alpha1 as api
 from raytrain_operator.builders import reader
 from raytrain_operator.builders.meta import Meta
 from raytrain_operator.builders.pods import SUBMITTER_CONTAINER
-from raytrain_operator.cli import driverlog
 
 Callback = Callable[[TrainJob], None]
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -174,7 +173,7 @@ class TrainJobClient:
         """Create a TrainJob; returns its name (the server's, when the manifest has generateName).
 
         `job` is a manifest dict, the path of a YAML file, or a typed `TrainJob` /
-        `TrainJobSpec` (`raytrain_operator.api.v1alpha1`; a spec needs `name=`). A file's other
+        `TrainJobSpec` (`raytrain_contract.api.v1alpha1`; a spec needs `name=`). A file's other
         objects (a credentials Secret, a PVC) are created first; one that already exists is
         left as it is. The API server validates the TrainJob: its refusal names the field.
         """

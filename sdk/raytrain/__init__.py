@@ -10,6 +10,8 @@
 docs/sdk.md has the whole tour. It needs only the `kubernetes` client, never Ray or torch.
 """
 
+__version__ = "0.1.0"
+
 from raytrain._dashboard import DashboardSession, DashboardTarget
 from raytrain.client import TrainJobClient
 from raytrain.errors import (

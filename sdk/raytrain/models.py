@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytrain_contract.api import templates
 from raytrain_contract.timefmt import parse_rfc3339
-from raytrain_operator.api import templates
 
 Obj = Mapping[str, Any]
 

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from raytrain.errors import InvalidJobError
-from raytrain_operator.api import v1alpha1 as api
+from raytrain_contract.api import v1alpha1 as api
 
 JobSource = Mapping[str, Any] | str | os.PathLike[str] | api.TrainJob | api.TrainJobSpec
 

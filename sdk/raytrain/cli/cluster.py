@@ -14,13 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
-from raytrain import RayTrainError, TrainJobClient
-from raytrain.errors import JobFailedError, WaitTimeoutError
-from raytrain.models import Checkpoints, Event, TrainJob
 from rich.console import Console
 from rich.text import Text
 
-from raytrain_operator.cli import render
+from raytrain import RayTrainError, TrainJobClient
+from raytrain.cli import render
+from raytrain.errors import JobFailedError, WaitTimeoutError
+from raytrain.models import Checkpoints, Event, TrainJob
 
 console = Console()
 errors = Console(stderr=True)
