@@ -42,8 +42,8 @@ from raytrain.errors import (
 from raytrain.models import Checkpoints, Event, TrainJob
 from raytrain_contract.api import templates
 from raytrain_contract.api import v1alpha1 as api
+from raytrain_contract.meta import Meta
 from raytrain_operator.builders import reader
-from raytrain_operator.builders.meta import Meta
 from raytrain_operator.builders.pods import SUBMITTER_CONTAINER
 
 Callback = Callable[[TrainJob], None]

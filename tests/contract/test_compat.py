@@ -26,8 +26,8 @@ import yaml
 from raytrain_contract import dump_contract, load_contract
 from raytrain_contract.api import templates
 from raytrain_contract.api.v1alpha1 import TrainJob
+from raytrain_contract.meta import Meta
 from raytrain_operator.builders.contract import render_contract
-from raytrain_operator.builders.meta import Meta
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASED = Path(__file__).resolve().parent / "released" / "0.1.0"

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 import raytrain_contract as contract
 from raytrain_contract.api import templates
 from raytrain_contract.api.v1alpha1 import TrainJob
+from raytrain_contract.meta import Meta
 from raytrain_operator.builders.contract import build_contract_configmap, render_contract
-from raytrain_operator.builders.meta import Meta
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 UID = "5f0c2a7e-91b3-4c1d-8e2f-0123456789ab"

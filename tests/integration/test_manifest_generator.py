@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 
 from raytrain_contract.api.v1alpha1 import API_VERSION, GROUP, PLURAL, VERSION, TrainJob
+from raytrain_contract.meta import Meta
 from raytrain_operator.builders.contract import build_contract_configmap
-from raytrain_operator.builders.meta import Meta
 from raytrain_operator.builders.names import name_problems
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.handlers import preflight

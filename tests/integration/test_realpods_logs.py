@@ -31,8 +31,8 @@ from test_realpods import (
 )
 
 from raytrain_contract.api.v1alpha1 import TrainJobSpec
+from raytrain_contract.meta import Meta
 from raytrain_operator.builders import reader
-from raytrain_operator.builders.meta import Meta
 
 __all__ = ["real_world"]  # the module-scoped fixture, shared with test_realpods.py
 

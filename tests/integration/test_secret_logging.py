@@ -22,8 +22,8 @@ import kopf
 import pytest
 
 from raytrain_contract.api.v1alpha1 import TrainJob
+from raytrain_contract.meta import Meta
 from raytrain_operator import k8s
-from raytrain_operator.builders.meta import Meta
 from raytrain_operator.handlers import preflight
 
 pytestmark = pytest.mark.integration

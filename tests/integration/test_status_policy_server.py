@@ -22,7 +22,7 @@ from _required import required
 from _wait import wait_for
 
 from raytrain_contract.api.v1alpha1 import TrainJob
-from raytrain_operator.builders.meta import Meta
+from raytrain_contract.meta import Meta
 from raytrain_operator.builders.rbac import build_rbac
 
 pytestmark = pytest.mark.integration

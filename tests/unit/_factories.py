@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from raytrain_contract.api.v1alpha1 import TrainJob
-from raytrain_operator.builders.meta import Meta
+from raytrain_contract.meta import Meta
 
 UID = "5f0c2a7e-91b3-4c1d-8e2f-0123456789ab"
 

@@ -11,9 +11,9 @@ from _factories import ROOT_EXAMPLES, meta, trainjob
 
 from raytrain_contract.api import templates
 from raytrain_contract.api.v1alpha1 import TrainJob
+from raytrain_contract.meta import Meta, allowed_from_parent
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.contract import build_contract_configmap, render_contract
-from raytrain_operator.builders.meta import Meta, allowed_from_parent
 from raytrain_operator.builders.rayjob import (
     ANNOTATION_FIELD_HASHES,
     as_kuberay_writes_it,

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raytrain_contract.api.v1alpha1 import MAX_NAME_LENGTH, TrainJob
+from raytrain_contract.meta import Meta
 from raytrain_operator.builders.contract import build_contract_configmap, render_contract
-from raytrain_operator.builders.meta import Meta
 from raytrain_operator.builders.names import DNS_LABEL_MAX, all_names, name_problems
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac

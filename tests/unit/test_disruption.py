@@ -13,9 +13,9 @@ from _factories import meta, trainjob
 from test_status_machine import cond, rayjob, run, status_after
 from test_triage import container, pod
 
+from raytrain_contract.meta import LABEL_ROLE, LABEL_TRAINJOB
 from raytrain_operator import k8s
 from raytrain_operator.builders.disruption import build_pod_disruption_budget
-from raytrain_operator.builders.meta import LABEL_ROLE, LABEL_TRAINJOB
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.handlers import apply
 from raytrain_operator.status.machine import EnsureChildren

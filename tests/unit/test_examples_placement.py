@@ -29,9 +29,9 @@ import yaml
 
 from raytrain_contract.api import templates
 from raytrain_contract.api.v1alpha1 import TrainJob
+from raytrain_contract.meta import Meta
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.contract import build_contract
-from raytrain_operator.builders.meta import Meta
 from raytrain_operator.builders.pods import GPU_RESOURCE
 from raytrain_operator.builders.rayjob import build_rayjob
 

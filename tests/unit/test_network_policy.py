@@ -11,8 +11,8 @@ import pytest
 from _factories import meta, trainjob
 from test_apply_children import FakeServer, server  # noqa: F401  (fixture)
 
+from raytrain_contract.meta import LABEL_ATTEMPT, LABEL_TRAINJOB
 from raytrain_operator import k8s, settings
-from raytrain_operator.builders.meta import LABEL_ATTEMPT, LABEL_TRAINJOB
 from raytrain_operator.builders.network import (
     DEFAULT_INGRESS,
     build_network_policy,

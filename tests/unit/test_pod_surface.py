@@ -13,8 +13,8 @@ from _factories import meta, trainjob
 from pydantic import ValidationError
 
 from raytrain_contract.api.v1alpha1 import TrainJob
+from raytrain_contract.meta import allowed_from_parent, child_metadata, without_denied
 from raytrain_operator.builders.contract import render_contract
-from raytrain_operator.builders.meta import allowed_from_parent, child_metadata, without_denied
 from raytrain_operator.builders.rayjob import build_rayjob, spec_hash
 
 PVC = {"pvc": {"claimName": "ckpt", "mountPath": "/mnt/ckpt"}}

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from raytrain_contract.api.v1alpha1 import TrainJob
-from raytrain_operator.builders.meta import Meta
+from raytrain_contract.meta import Meta
 from raytrain_operator.handlers import preflight
 
 

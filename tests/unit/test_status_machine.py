@@ -8,8 +8,8 @@ from typing import Any
 from _factories import manifest, meta
 
 from raytrain_contract.api.v1alpha1 import TrainJob
+from raytrain_contract.meta import ANNOTATION_CHECKPOINT_REQUESTED
 from raytrain_contract.timefmt import rfc3339
-from raytrain_operator.builders.meta import ANNOTATION_CHECKPOINT_REQUESTED
 from raytrain_operator.status import machine as m
 from raytrain_operator.status.conditions import find
 

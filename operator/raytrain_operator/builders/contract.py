@@ -40,8 +40,8 @@ from raytrain_contract.api.v1alpha1 import (
     TrainJob,
     TrainJobSpec,
 )
+from raytrain_contract.meta import Meta, child_metadata
 from raytrain_operator.builders import quantities
-from raytrain_operator.builders.meta import Meta, child_metadata
 from raytrain_operator.builders.names import contract_configmap_name, run_name
 
 __all__ = [

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from raytrain_contract.api.v1alpha1 import DisruptionSpec, TrainJob
-from raytrain_operator.builders.meta import LABEL_ROLE, LABEL_TRAINJOB, Meta, child_metadata
+from raytrain_contract.meta import LABEL_ROLE, LABEL_TRAINJOB, Meta, child_metadata
 from raytrain_operator.builders.names import disruption_budget_name
 from raytrain_operator.builders.rayjob import worker_replicas
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from raytrain_operator.builders.meta import LABEL_TRAINJOB, Meta, child_metadata
+from raytrain_contract.meta import LABEL_TRAINJOB, Meta, child_metadata
 from raytrain_operator.builders.names import network_policy_name
 
 #: Ray's dashboard and job-submission port (KubeRay's default, and ours).

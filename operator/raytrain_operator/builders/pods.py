@@ -22,6 +22,14 @@ from raytrain_contract.api.v1alpha1 import (
     PodOverrides,
     TrainJobSpec,
 )
+from raytrain_contract.meta import (
+    LABEL_ROLE,
+    LABEL_TRAINJOB,
+    Meta,
+    allowed_from_parent,
+    base_labels,
+    without_denied,
+)
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.contract import (
     CONTRACT_DIR,
@@ -29,14 +37,6 @@ from raytrain_operator.builders.contract import (
     CONTRACT_PATH,
     gpu_resource_name,
     gpus_per_worker,
-)
-from raytrain_operator.builders.meta import (
-    LABEL_ROLE,
-    LABEL_TRAINJOB,
-    Meta,
-    allowed_from_parent,
-    base_labels,
-    without_denied,
 )
 from raytrain_operator.builders.names import contract_configmap_name, runtime_account_name
 

@@ -19,8 +19,7 @@ import re
 from typing import Any
 
 from raytrain_contract.api.v1alpha1 import PodOverrides, TrainJob
-from raytrain_operator.builders import quantities
-from raytrain_operator.builders.meta import (
+from raytrain_contract.meta import (
     ANNOTATION_GENERATION,
     ANNOTATION_SPEC_HASH,
     ANNOTATION_SUSPENDED_BY_USER,
@@ -29,6 +28,7 @@ from raytrain_operator.builders.meta import (
     Meta,
     child_metadata,
 )
+from raytrain_operator.builders import quantities
 from raytrain_operator.builders.names import WORKER_GROUP, rayjob_name
 from raytrain_operator.builders.pods import (
     ENV_POD_IP,

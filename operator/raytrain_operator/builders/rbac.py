@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from raytrain_contract.api.v1alpha1 import GROUP, PLURAL, TrainJob
-from raytrain_operator.builders.meta import Meta, child_metadata
+from raytrain_contract.meta import Meta, child_metadata
 from raytrain_operator.builders.names import runtime_account_name
 from raytrain_operator.builders.pods import pod_service_account
 

@@ -16,8 +16,8 @@ import posixpath
 from typing import Any
 
 from raytrain_contract.api.v1alpha1 import TrainJobSpec
+from raytrain_contract.meta import LABEL_ROLE, Meta, base_labels, owner_reference
 from raytrain_operator.builders.contract import storage_of
-from raytrain_operator.builders.meta import LABEL_ROLE, Meta, base_labels, owner_reference
 from raytrain_operator.builders.names import run_name, runtime_account_name
 from raytrain_operator.builders.pods import (
     STORAGE_VOLUME,

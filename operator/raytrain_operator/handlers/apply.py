@@ -38,16 +38,16 @@ from typing import Any
 import kopf
 
 from raytrain_contract.api.v1alpha1 import TrainJob
-from raytrain_contract.timefmt import parse_rfc3339
-from raytrain_operator import k8s, metrics
-from raytrain_operator.builders.contract import build_contract_configmap
-from raytrain_operator.builders.disruption import build_pod_disruption_budget
-from raytrain_operator.builders.meta import (
+from raytrain_contract.meta import (
     ANNOTATION_SUSPENDED_BY_USER,
     LABEL_ATTEMPT,
     LABEL_TRAINJOB,
     Meta,
 )
+from raytrain_contract.timefmt import parse_rfc3339
+from raytrain_operator import k8s, metrics
+from raytrain_operator.builders.contract import build_contract_configmap
+from raytrain_operator.builders.disruption import build_pod_disruption_budget
 from raytrain_operator.builders.names import (
     contract_configmap_name,
     disruption_budget_name,

@@ -25,9 +25,9 @@ from typing import Any
 
 from raytrain_contract.api import templates
 from raytrain_contract.api.v1alpha1 import TrainJob
+from raytrain_contract.meta import Meta
 from raytrain_operator import k8s
 from raytrain_operator.builders.contract import CONTRACT_KEY, build_contract_configmap
-from raytrain_operator.builders.meta import Meta
 from raytrain_operator.settings import CONFIG, OperatorConfig
 
 #: Kubernetes' limit of a ConfigMap's data (keys and values together).

@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from raytrain_operator.builders.meta import LABEL_TRAINJOB
+from raytrain_contract.meta import LABEL_TRAINJOB
 from raytrain_operator.k8s import RAY_GROUP, RAY_VERSION, RAYCLUSTERS, RAYJOBS
 
 #: KubeRay's label on a RayCluster made for a RayJob: the RayJob's name.

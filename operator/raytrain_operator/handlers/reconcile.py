@@ -22,10 +22,10 @@ from pydantic import ValidationError
 
 from raytrain_contract.api import templates
 from raytrain_contract.api.v1alpha1 import TrainJob
+from raytrain_contract.meta import LABEL_ATTEMPT, LABEL_TRAINJOB, Meta
 from raytrain_contract.timefmt import parse_rfc3339
 from raytrain_operator import k8s, metrics
 from raytrain_operator.builders.contract import build_contract_configmap
-from raytrain_operator.builders.meta import LABEL_ATTEMPT, LABEL_TRAINJOB, Meta
 from raytrain_operator.builders.names import name_problems, rayjob_name
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac

@@ -42,8 +42,8 @@ import kopf
 
 from raytrain_contract.api import templates
 from raytrain_contract.api.v1alpha1 import GROUP, PLURAL, VERSION
+from raytrain_contract.meta import LABEL_TRAINJOB
 from raytrain_operator import k8s, metrics
-from raytrain_operator.builders.meta import LABEL_TRAINJOB
 from raytrain_operator.k8s import RAY_GROUP, RAY_VERSION, RAYJOBS
 from raytrain_operator.settings import CONFIG
 from raytrain_operator.status import machine

@@ -19,8 +19,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from raytrain_contract.api.v1alpha1 import DisruptionSpec, TrainJob
-from raytrain_contract.timefmt import parse_rfc3339, rfc3339
-from raytrain_operator.builders.meta import (
+from raytrain_contract.meta import (
     ANNOTATION_CHECKPOINT_REQUESTED,
     ANNOTATION_GENERATION,
     ANNOTATION_SPEC_HASH,
@@ -28,6 +27,7 @@ from raytrain_operator.builders.meta import (
     LABEL_ATTEMPT,
     Meta,
 )
+from raytrain_contract.timefmt import parse_rfc3339, rfc3339
 from raytrain_operator.builders.names import rayjob_name, run_name
 from raytrain_operator.builders.rayjob import (
     ANNOTATION_FIELD_HASHES,

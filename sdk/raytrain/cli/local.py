@@ -30,8 +30,8 @@ from pydantic import ValidationError
 
 from raytrain_contract.api import templates
 from raytrain_contract.api.v1alpha1 import API_VERSION, KIND, TrainJob
+from raytrain_contract.meta import Meta
 from raytrain_operator.builders.contract import render_contract
-from raytrain_operator.builders.meta import Meta
 
 #: Namespace of the local run's stand-in UID: uuid5(LOCAL_UID_NAMESPACE, "<namespace>/<name>").
 LOCAL_UID_NAMESPACE = uuid.UUID("5b0f6f0e-9d5e-4c1a-9a43-6f1f3c0b7a11")
