@@ -12,12 +12,15 @@ CRD := crds/trainjobs.raytrain.dev.yaml
 TEMPLATE_CRDS := crds/trainjobtemplates.raytrain.dev.yaml
 EXTRAS := dev,runtime
 
-# The install is redone only when what it depends on changes: pyproject.toml, constraints.txt
-# (exact pins, used when present) and the interpreter it installs into (another virtualenv
-# needs its own install). The stamp's name carries a hash of all three; .make/ is gitignored.
+# The install is redone only when what it depends on changes: the distributions' pyproject.toml
+# files, constraints.txt (exact pins, used when present) and the interpreter it installs into
+# (another virtualenv needs its own install). The stamp's name carries a hash of all of them;
+# .make/ is gitignored. The distributions, in dependency order: the runtime contract (contract/),
+# the SDK and CLI (sdk/), then the operator and the runtime (the root).
+DISTS := contract sdk
 STAMP_DIR := .make
 CONSTRAINTS := $(wildcard constraints.txt)
-INSTALL_KEY := $(shell { cat pyproject.toml $(CONSTRAINTS); \
+INSTALL_KEY := $(shell { cat $(DISTS:%=%/pyproject.toml) pyproject.toml $(CONSTRAINTS); \
   $(PYTHON) -c 'import sys; print(sys.prefix, sys.version)'; } | sha256sum | cut -c1-16)
 INSTALL_STAMP := $(STAMP_DIR)/install-$(INSTALL_KEY)
 # The framework packages of the Transformers and Lightning examples: outside pyproject.toml so
@@ -52,7 +55,7 @@ help:
 install: $(INSTALL_STAMP) $(FRAMEWORKS_STAMP)
 
 $(INSTALL_STAMP):
-	$(PYTHON) -m pip install -e '.[$(EXTRAS)]' $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	$(PYTHON) -m pip install $(DISTS:%=-e ./%) -e '.[$(EXTRAS)]' $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 	@mkdir -p $(STAMP_DIR)
 	@rm -f $(STAMP_DIR)/install-*
 	@touch $@

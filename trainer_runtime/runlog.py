@@ -42,8 +42,8 @@ from trainer_runtime.reporter import finished_epoch
 
 log = logging.getLogger("trainer_runtime.runlog")
 
-#: Names shared with the CLI's reader (raytrain_operator/builders/reader.py keeps a copy: the
-#: operator package may not import the runtime).
+#: Names shared with the CLI's reader (sdk/raytrain/reader.py keeps a copy: the
+#: SDK may not import the runtime).
 ATTEMPT_DIR = "attempt-{attempt}"
 DRIVER_LOG = "driver.log"
 METRICS = "metrics.jsonl"

@@ -22,7 +22,7 @@ import urllib3
 from kubernetes import client, utils, watch
 from kubernetes.client.exceptions import ApiException
 
-from raytrain import _manifest, driverlog, models
+from raytrain import _manifest, driverlog, models, reader
 from raytrain._connection import Connection, api_message, connect, not_found_details
 from raytrain._dashboard import DashboardSession, DashboardTarget
 from raytrain.errors import (
@@ -43,8 +43,7 @@ from raytrain.models import Checkpoints, Event, TrainJob
 from raytrain_contract.api import templates
 from raytrain_contract.api import v1alpha1 as api
 from raytrain_contract.meta import Meta
-from raytrain_operator.builders import reader
-from raytrain_operator.builders.pods import SUBMITTER_CONTAINER
+from raytrain_contract.pods import SUBMITTER_CONTAINER
 
 Callback = Callable[[TrainJob], None]
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -505,7 +504,7 @@ class TrainJobClient:
         history (`metrics.jsonl`), and the current attempt's driver once its submitter pod is gone
         (a failed, finished or suspended job) are read from what the runtime stored beside the
         checkpoints, through a short-lived pod in the job's namespace that runs the job's image
-        with its storage settings (builders/reader.py) and is deleted once read; that needs RBAC
+        with its storage settings (raytrain/reader.py) and is deleted once read; that needs RBAC
         to create, get, watch and delete pods and to get pods/log there.
         LogsUnavailableError says why when there is nothing to read.
         """

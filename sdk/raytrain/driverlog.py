@@ -114,7 +114,7 @@ def not_started_message(pod: str, state: ContainerState, trainjob: str) -> str:
     )
 
 
-# -- stored logs (trainer_runtime/runlog.py writes them; builders/reader.py reads them) ----------
+# -- stored logs (trainer_runtime/runlog.py writes them; raytrain/reader.py reads them) ----------
 
 #: What a CLI user needs in the job's namespace to read stored logs through a reader pod.
 READER_RBAC = "pods: create, get, watch, delete; pods/log: get"

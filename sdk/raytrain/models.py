@@ -143,6 +143,14 @@ class TrainJob:
     completion_time: dt.datetime | None = None
     uid: str | None = None
     generation: int | None = None
+    image: str | None = None
+    """spec.image the job runs: its own, else its template's (as for the fields below)."""
+    entrypoint: str | None = None
+    num_workers: int | None = None
+    """spec.scaling.numWorkers; an elastic job has min_workers and max_workers instead."""
+    min_workers: int | None = None
+    max_workers: int | None = None
+    use_gpu: bool = False
     manifest: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The whole object, for fields this class does not name."""
 
@@ -175,6 +183,10 @@ class TrainJob:
         status = obj.get("status") or {}
         trainer = status.get("trainerStatus") or {}
         workers = status.get("workers") or {}
+        # What the job runs with: a field it leaves to its template comes from the template's
+        # copy in status.template.
+        effective = templates.effective_spec(spec, status)
+        scaling = effective.get("scaling") or {}
         return cls(
             name=str(meta.get("name", "")),
             namespace=str(meta.get("namespace", "")),
@@ -205,6 +217,12 @@ class TrainJob:
             completion_time=parse_rfc3339(status.get("completionTime")),
             uid=_str(meta.get("uid")),
             generation=_int(meta.get("generation")),
+            image=_str(effective.get("image")),
+            entrypoint=_str(effective.get("entrypoint")),
+            num_workers=_int(scaling.get("numWorkers")),
+            min_workers=_int(scaling.get("minWorkers")),
+            max_workers=_int(scaling.get("maxWorkers")),
+            use_gpu=bool(scaling.get("useGpu")),
             manifest=dict(obj),
         )
 

@@ -30,9 +30,9 @@ from test_realpods import (
     real_world,
 )
 
+from raytrain import reader
 from raytrain_contract.api.v1alpha1 import TrainJobSpec
 from raytrain_contract.meta import Meta
-from raytrain_operator.builders import reader
 
 __all__ = ["real_world"]  # the module-scoped fixture, shared with test_realpods.py
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import pathlib
+import sys
 
 import pytest
 
@@ -277,3 +278,19 @@ def test_torchrun_refuses_datasets_in_more_than_one_process(
     err = capsys.readouterr().err
     assert "raytrain run --torchrun: spec.datasets ('train')" in err
     assert "pass --workers 1, or drop --torchrun" in err
+
+
+@pytest.mark.parametrize(
+    "missing", ["raytrain_operator.builders.contract", "trainer_runtime.local"]
+)
+def test_without_the_operator_or_the_runtime_it_says_what_to_install(
+    missing: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The SDK installs without the operator and the runtime (sdk/pyproject.toml); a local run
+    then stops before training and names what to install."""
+    monkeypatch.setitem(sys.modules, missing, None)  # `import` of it now fails
+    assert main(["run", str(DIGITS), "--local"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("raytrain run: --local trains on this machine")
+    assert f"{missing} is not installed" in err
+    assert "pip install ./contract '.[runtime]'" in err

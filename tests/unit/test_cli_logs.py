@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from raytrain import LogsUnavailableError, TrainJobClient, driverlog
 from raytrain.cli import build_parser, cluster
-from raytrain_operator.builders.pods import SUBMITTER_CONTAINER
+from raytrain_contract.pods import SUBMITTER_CONTAINER
 
 
 def _pod(

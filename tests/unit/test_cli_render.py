@@ -58,7 +58,7 @@ def test_list_row_of_a_running_job() -> None:
         workers={"desired": 2, "ready": 1},
         trainerStatus={"progressPercentage": 40, "epoch": 3, "estimatedRemainingSeconds": 75},
     )
-    assert render.list_row(job, NOW) == (
+    assert render.list_row(TrainJob.from_object(job), NOW) == (
         "team-a",
         "digits",
         "Running",
@@ -71,7 +71,7 @@ def test_list_row_of_a_running_job() -> None:
 
 
 def test_list_row_of_a_new_job() -> None:
-    assert render.list_row(_job(), NOW) == (
+    assert render.list_row(TrainJob.from_object(_job()), NOW) == (
         "team-a",
         "digits",
         "Pending",
@@ -105,7 +105,7 @@ def test_detail_shows_metrics_checkpoint_and_conditions() -> None:
             }
         ],
     )
-    text = "\n".join(render.detail_lines(job, NOW))
+    text = "\n".join(render.detail_lines(TrainJob.from_object(job), NOW))
     assert "accuracy=0.95" in text
     assert "latest s3://b/p/run/checkpoint_7" in text
     assert "best s3://b/p/run/c5 (0.96)" in text
@@ -165,7 +165,7 @@ def test_printed_uris_are_never_broken_or_read_as_markup(monkeypatch: pytest.Mon
         checkpoint={"latestURI": LONG_URI, "bestURI": LONG_URI + "[best]"},
         conditions=[{"type": "Failed", "status": "False", "reason": "R", "message": "[red]x"}],
     )
-    text = _printed(monkeypatch, render.detail_lines(job, NOW))
+    text = _printed(monkeypatch, render.detail_lines(TrainJob.from_object(job), NOW))
     assert f"latest {LONG_URI}\n" in text
     assert f"best {LONG_URI}[best]" in text  # not taken for rich markup
     assert "[red]x" in text
@@ -221,3 +221,37 @@ def test_the_kubectl_script_names_itself_as_kubectl_shows_it(
     with pytest.raises(SystemExit):
         kubectl_main()
     assert capsys.readouterr().out.startswith("usage: kubectl raytrain wait")
+
+
+def test_get_shows_what_a_template_backed_job_runs_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`raytrain get` of a job that leaves image, entrypoint, scaling and storage to its template
+    prints the template's values (status.template keeps the copy the job runs with), not `-`."""
+    job = {
+        "metadata": {"name": "digits", "namespace": "team-a", "generation": 1},
+        "spec": {"template": {"name": "gpu-base"}, "config": {"epochs": 3}},
+        "status": {
+            "phase": "Running",
+            "template": {
+                "kind": "ClusterTrainJobTemplate",
+                "name": "gpu-base",
+                "spec": {
+                    "image": "registry.example/trainer:1.2",
+                    "entrypoint": "examples.digits.train:train_loop_per_worker",
+                    "scaling": {"minWorkers": 2, "maxWorkers": 4, "useGpu": True},
+                    "storage": {"pvc": {"claimName": "checkpoints"}},
+                },
+            },
+        },
+    }
+    sdk = SimpleNamespace(get_job=lambda name: TrainJob.from_object(job))
+    monkeypatch.setattr(cluster, "_client", lambda args: sdk)
+    out = io.StringIO()
+    monkeypatch.setattr(cluster, "console", Console(file=out, width=200, force_terminal=False))
+    assert cluster.get(argparse.Namespace(name="digits", output="text")) == 0
+    text = out.getvalue()
+    assert "Image:       registry.example/trainer:1.2\n" in text
+    assert "Entrypoint:  examples.digits.train:train_loop_per_worker\n" in text
+    assert "Workers:     2-4 (gpu: True)\n" in text
+    assert "Storage:     pvc/checkpoints\n" in text

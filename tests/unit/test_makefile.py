@@ -35,14 +35,18 @@ exit 1
 
 
 FRAMEWORKS = "examples/requirements-frameworks.txt"
-PROJECT = "-m pip install -e .[dev,runtime]"
+#: The distributions in dependency order: the contract, the SDK and CLI, the operator and runtime.
+PROJECT = "-m pip install -e ./contract -e ./sdk -e .[dev,runtime]"
+PYPROJECTS = ["pyproject.toml", "contract/pyproject.toml", "sdk/pyproject.toml"]
 EXAMPLES = f"-m pip install -r {FRAMEWORKS}"
 
 
 @pytest.fixture
 def clone(tmp_path: Path) -> Path:
     shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    for pyproject in PYPROJECTS:
+        (tmp_path / pyproject).parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / pyproject, tmp_path / pyproject)
     (tmp_path / "examples").mkdir()
     shutil.copy(ROOT / FRAMEWORKS, tmp_path / FRAMEWORKS)
     fake = tmp_path / "python"
@@ -82,9 +86,12 @@ def test_a_changed_frameworks_file_installs_only_the_frameworks_again(clone: Pat
     assert len(list((clone / ".make").iterdir())) == 2
 
 
-def test_a_changed_pyproject_installs_again_and_keeps_one_stamp(clone: Path) -> None:
+@pytest.mark.parametrize("pyproject", PYPROJECTS)
+def test_a_changed_pyproject_installs_again_and_keeps_one_stamp(
+    clone: Path, pyproject: str
+) -> None:
     install(clone)
-    with (clone / "pyproject.toml").open("a") as f:
+    with (clone / pyproject).open("a") as f:
         f.write("\n# a change\n")
     assert install(clone)[2:] == [PROJECT, EXAMPLES]
     assert len(list((clone / ".make").iterdir())) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raytrain_contract.api.v1alpha1 import MAX_NAME_LENGTH
+from raytrain_contract.pods import run_name
 from raytrain_operator.builders import names
 
 
@@ -17,12 +18,12 @@ def test_child_names_are_deterministic() -> None:
 
 def test_run_name_uses_first_12_hex_of_uid_without_dashes() -> None:
     uid = "5F0C2A7E-91b3-4c1d-8e2f-0123456789ab"
-    assert names.run_name("digits", uid) == "digits-5f0c2a7e91b3"
+    assert run_name("digits", uid) == "digits-5f0c2a7e91b3"
 
 
 def test_run_name_differs_for_a_recreated_trainjob_of_the_same_name() -> None:
-    first = names.run_name("digits", "11111111-2222-3333-4444-555555555555")
-    second = names.run_name("digits", "aaaaaaaa-2222-3333-4444-555555555555")
+    first = run_name("digits", "11111111-2222-3333-4444-555555555555")
+    second = run_name("digits", "aaaaaaaa-2222-3333-4444-555555555555")
     assert first != second
 
 

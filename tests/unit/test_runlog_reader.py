@@ -1,4 +1,4 @@
-"""Reading an attempt's stored logs: the reader pod's spec (builders/reader.py), and
+"""Reading an attempt's stored logs: the reader pod's spec (raytrain/reader.py), and
 `raytrain logs --attempt/--worker/--metrics` against a loopback API server that records the
 requests the CLI really sends (create the reader pod, wait for it, read its log, delete it)."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import posixpath
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,11 +17,10 @@ import _factories as f
 import pytest
 from kubernetes import client
 
-from raytrain import LogsUnavailableError, TrainJobClient
+from raytrain import LogsUnavailableError, TrainJobClient, reader
 from raytrain import client as sdk_module
 from raytrain.cli import build_parser, cluster
-from raytrain_operator.builders import reader
-from raytrain_operator.builders.names import run_name
+from raytrain_contract.pods import run_name
 from raytrain_operator.builders.pods import build_pod_template
 
 RUN = run_name("digits", f.UID)
@@ -107,6 +107,27 @@ def test_the_reader_of_a_pvc_job_mounts_the_claim_where_the_pods_do() -> None:
     assert container["env"] == []
     # The per-job account is for the Kubernetes API only, and goes after the job's TTL.
     assert "serviceAccountName" not in pod["spec"]
+
+
+@pytest.mark.parametrize(
+    "storage",
+    [
+        {"s3": {"uri": "s3://bucket/prefix/"}},
+        {"pvc": {"claimName": "ckpt", "mountPath": "/mnt/ckpt", "subPath": "/team/a/"}},
+        {"pvc": {"claimName": "ckpt", "mountPath": "/mnt/ckpt"}},
+    ],
+)
+def test_the_reader_looks_where_the_contract_tells_the_runtime_to_write(
+    storage: dict[str, Any],
+) -> None:
+    """The SDK finds stored files where the runtime wrote them: under the storage path and run
+    name the operator renders into the contract (builders/contract.py)."""
+    from raytrain_operator.builders.contract import build_contract
+
+    job = f.trainjob(storage=storage)
+    contract = build_contract(job, f.meta(), attempt=3)
+    expected = posixpath.join(contract.storage.path, contract.run_name, "attempt-3")
+    assert reader.attempt_dir(job.spec, f.meta(), 3) == expected
 
 
 def test_the_file_names() -> None:

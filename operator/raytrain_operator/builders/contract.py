@@ -41,8 +41,9 @@ from raytrain_contract.api.v1alpha1 import (
     TrainJobSpec,
 )
 from raytrain_contract.meta import Meta, child_metadata
+from raytrain_contract.pods import run_name
 from raytrain_operator.builders import quantities
-from raytrain_operator.builders.names import contract_configmap_name, run_name
+from raytrain_operator.builders.names import contract_configmap_name
 
 __all__ = [
     "CONTRACT_DIR",

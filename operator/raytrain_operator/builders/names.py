@@ -20,7 +20,6 @@ MAX_ATTEMPT = 100
 WORKER_GROUP = "workers"
 #: KubeRay's random suffix of a RayCluster created for a RayJob (`-` plus 5 characters).
 RAYCLUSTER_SUFFIX_LEN = 6
-RUN_NAME_UID_HEX = 12
 
 #: A DNS-1035 label: Services (KubeRay's head Service starts with the TrainJob's name) need one.
 _DNS_1035_LABEL = re.compile(NAME_PATTERN)
@@ -48,12 +47,6 @@ def disruption_budget_name(name: str) -> str:
 def network_policy_name(name: str) -> str:
     """The NetworkPolicy over the job's pods."""
     return f"{name}-ray"
-
-
-def run_name(name: str, uid: str) -> str:
-    """Ray Train run name: stable across attempts, new for a re-created TrainJob of this name."""
-    hex_digits = uid.replace("-", "").lower()[:RUN_NAME_UID_HEX]
-    return f"{name}-{hex_digits}"
 
 
 def raycluster_name_example(rayjob: str) -> str:

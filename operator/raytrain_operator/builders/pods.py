@@ -30,6 +30,17 @@ from raytrain_contract.meta import (
     base_labels,
     without_denied,
 )
+from raytrain_contract.pods import (
+    STORAGE_VOLUME,
+    SUBMITTER_CONTAINER,
+    chosen_service_account,
+    container_security_context,
+    pod_security_context,
+    storage_env,
+    storage_mounts,
+    storage_volumes,
+    user_env,
+)
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.contract import (
     CONTRACT_DIR,
@@ -46,7 +57,6 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 RAY_ACCELERATOR_PREFIX = "accelerator_type:"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 CONTRACT_VOLUME = "raytrain-contract"
-STORAGE_VOLUME = "raytrain-storage"
 HEAD_CONTAINER = "ray-head"
 WORKER_CONTAINER = "ray-worker"
 #: The head runs Ray's control processes and the driver, never training workers.
@@ -67,10 +77,6 @@ OBJECT_STORE_SHARE = Decimal("0.3")
 SHM_HEADROOM_SHARE = Decimal("0.1")
 MEBIBYTE = 2**20
 
-#: The runtime image's user and group (Dockerfile, target trainer-runtime). A numeric uid lets
-#: the kubelet check `runAsNonRoot`; fsGroup makes an RWX claim's mount writable by it.
-RUNTIME_UID = 1000
-RUNTIME_GID = 1000
 #: Time a pod has between SIGTERM (a delete, a node drain, a suspend) and SIGKILL. Kubernetes'
 #: default of 30 s is shorter than writing a multi-GB checkpoint to S3 (at the ~400 MB/s measured
 #: against MinIO on loopback, 10 GB take 25 s; a real bucket is several times slower).
@@ -87,9 +93,6 @@ ENV_POD_NAME = "RAYTRAIN_POD_NAME"
 #: The pod's IP (the downward API), given to `ray start --node-ip-address` in host-network pods.
 ENV_POD_IP = "RAYTRAIN_POD_IP"
 
-#: KubeRay's name for the submitter container; it fills in the `ray job submit` command of a
-#: container of that name when the command is empty (rayjob_controller.go, K8sJobMode).
-SUBMITTER_CONTAINER = "ray-job-submitter"
 #: KubeRay's own defaults for the submitter (GetDefaultSubmitterContainer): giving a
 #: submitterPodTemplate replaces its whole default container, so they are restated here.
 SUBMITTER_RESOURCES: dict[str, Any] = {
@@ -115,11 +118,7 @@ RDMA_CAPABILITY = "IPC_LOCK"
 
 def pod_service_account(spec: TrainJobSpec, meta: Meta, overrides: PodOverrides | None) -> str:
     """The pods' service account: the user's override, the IRSA account, or the per-job one."""
-    if overrides is not None and overrides.service_account_name:
-        return overrides.service_account_name
-    if spec.storage.s3 is not None and spec.storage.s3.service_account_name:
-        return spec.storage.s3.service_account_name
-    return runtime_account_name(meta.name)
+    return chosen_service_account(spec, overrides) or runtime_account_name(meta.name)
 
 
 def contract_env(meta: Meta) -> list[dict[str, Any]]:
@@ -128,32 +127,6 @@ def contract_env(meta: Meta) -> list[dict[str, Any]]:
         {"name": "RAYTRAIN_TRAINJOB_NAMESPACE", "value": meta.namespace},
         {"name": "RAYTRAIN_TRAINJOB_NAME", "value": meta.name},
     ]
-
-
-def storage_env(spec: TrainJobSpec) -> list[dict[str, Any]]:
-    """AWS variables for S3 storage: credentials by reference, endpoint and region by value."""
-    s3 = spec.storage.s3
-    if s3 is None:
-        return []
-    env: list[dict[str, Any]] = []
-    secret = s3.credentials_secret
-    if secret is not None:
-        keys = [
-            ("AWS_ACCESS_KEY_ID", secret.access_key_id_key),
-            ("AWS_SECRET_ACCESS_KEY", secret.secret_access_key_key),
-        ]
-        if secret.session_token_key:
-            keys.append(("AWS_SESSION_TOKEN", secret.session_token_key))
-        env += [
-            {"name": var, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": key}}}
-            for var, key in keys
-        ]
-    if s3.endpoint:
-        env.append({"name": "AWS_ENDPOINT_URL", "value": s3.endpoint})
-    if s3.region:
-        env.append({"name": "AWS_REGION", "value": s3.region})
-        env.append({"name": "AWS_DEFAULT_REGION", "value": s3.region})
-    return env
 
 
 def volumes(spec: TrainJobSpec, meta: Meta) -> list[dict[str, Any]]:
@@ -166,23 +139,14 @@ def volumes(spec: TrainJobSpec, meta: Meta) -> list[dict[str, Any]]:
             },
         }
     ]
-    if spec.storage.pvc is not None:
-        vols.append(
-            {
-                "name": STORAGE_VOLUME,
-                "persistentVolumeClaim": {"claimName": spec.storage.pvc.claim_name},
-            }
-        )
-    return vols
+    return vols + storage_volumes(spec)
 
 
 def volume_mounts(spec: TrainJobSpec) -> list[dict[str, Any]]:
     mounts: list[dict[str, Any]] = [
         {"name": CONTRACT_VOLUME, "mountPath": CONTRACT_DIR, "readOnly": True}
     ]
-    if spec.storage.pvc is not None:
-        mounts.append({"name": STORAGE_VOLUME, "mountPath": spec.storage.pvc.mount_path})
-    return mounts
+    return mounts + storage_mounts(spec)
 
 
 def _scaled(name: str, amount: int | str, per_pod: int) -> str:
@@ -366,25 +330,6 @@ def shm_volume(size_limit: str | None) -> dict[str, Any]:
     return {"name": SHM_VOLUME, "emptyDir": empty_dir}
 
 
-def pod_security_context() -> dict[str, Any]:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUNTIME_UID,
-        "runAsGroup": RUNTIME_GID,
-        "fsGroup": RUNTIME_GID,
-        # Without it the kubelet chowns every file of the claim at each pod start: minutes for a
-        # storage volume that holds many checkpoints.
-        "fsGroupChangePolicy": "OnRootMismatch",
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
-def container_security_context() -> dict[str, Any]:
-    """What the pod-level context cannot say. KubeRay copies it onto the `wait-gcs-ready` init
-    container it adds to worker pods."""
-    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-
-
 def harden_pod(pod: dict[str, Any], grace_seconds: int | None) -> None:
     """Security context, grace period and PID namespace shared by every pod we template.
 
@@ -493,7 +438,7 @@ def _env(
     network profile's NCCL variables are defaults: the user's of the same name win."""
     ours = contract_env(meta) + storage_env(spec)
     names = {e["name"] for e in ours}
-    extra = [e for e in (overrides.env if overrides else None) or [] if e.get("name") not in names]
+    extra = user_env(ours, overrides)
     theirs = {e.get("name") for e in extra}
     network: list[dict[str, Any]] = []
     if role == "worker" and spec.network is not None:

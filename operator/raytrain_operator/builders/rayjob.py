@@ -28,13 +28,13 @@ from raytrain_contract.meta import (
     Meta,
     child_metadata,
 )
+from raytrain_contract.pods import container_security_context
 from raytrain_operator.builders import quantities
 from raytrain_operator.builders.names import WORKER_GROUP, rayjob_name
 from raytrain_operator.builders.pods import (
     ENV_POD_IP,
     build_pod_template,
     build_submitter_template,
-    container_security_context,
     custom_group_resources,
     worker_resources,
 )

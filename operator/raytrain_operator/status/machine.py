@@ -27,8 +27,9 @@ from raytrain_contract.meta import (
     LABEL_ATTEMPT,
     Meta,
 )
+from raytrain_contract.pods import run_name
 from raytrain_contract.timefmt import parse_rfc3339, rfc3339
-from raytrain_operator.builders.names import rayjob_name, run_name
+from raytrain_operator.builders.names import rayjob_name
 from raytrain_operator.builders.rayjob import (
     ANNOTATION_FIELD_HASHES,
     changed_fields,

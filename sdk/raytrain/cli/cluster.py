@@ -99,7 +99,7 @@ def get(args: argparse.Namespace) -> int:
     elif args.output == "yaml":
         print(yaml.safe_dump(dict(job.manifest), sort_keys=False))
     else:
-        for line in render.detail_lines(job.manifest):
+        for line in render.detail_lines(job):
             _say(line)
     return 0
 
@@ -117,7 +117,7 @@ def list_jobs(args: argparse.Namespace) -> int:
         _say(f"No TrainJobs in {where}.")
         return 0
     columns = render.LIST_COLUMNS if args.all_namespaces else render.LIST_COLUMNS[1:]
-    rows = [render.list_row(job.manifest) for job in jobs]
+    rows = [render.list_row(job) for job in jobs]
     for line in render.columns([columns, *(r if args.all_namespaces else r[1:] for r in rows)]):
         _say(line)
     return 0

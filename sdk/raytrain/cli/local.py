@@ -31,7 +31,6 @@ from pydantic import ValidationError
 from raytrain_contract.api import templates
 from raytrain_contract.api.v1alpha1 import API_VERSION, KIND, TrainJob
 from raytrain_contract.meta import Meta
-from raytrain_operator.builders.contract import render_contract
 
 #: Namespace of the local run's stand-in UID: uuid5(LOCAL_UID_NAMESPACE, "<namespace>/<name>").
 LOCAL_UID_NAMESPACE = uuid.UUID("5b0f6f0e-9d5e-4c1a-9a43-6f1f3c0b7a11")
@@ -40,6 +39,17 @@ DEFAULT_STORAGE_DIR = ".raytrain/storage"
 
 class LocalRunError(ValueError):
     """A manifest or option that cannot be run locally; the message names what to fix."""
+
+
+def runtime_missing(exc: ImportError) -> str:
+    """What to install when a local run finds the operator or the runtime missing: the SDK's
+    own distribution has neither (it installs without kopf, Ray or torch)."""
+    return (
+        f"--local trains on this machine with the operator's contract renderer and the trainer "
+        f"runtime, and {exc.name or exc} is not installed: install them from a clone of "
+        "raytrain-operator with pip install ./contract '.[runtime]' (make install does), "
+        "or submit the job to a cluster instead (raytrain submit FILE)"
+    )
 
 
 def load_manifest(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -163,6 +173,10 @@ def local_contract(
             "which a local run cannot read; set spec.resumeFrom.checkpoint to the checkpoint "
             "directory instead (a local path, or an s3:// URI with AWS_* in the environment)"
         )
+    try:
+        from raytrain_operator.builders.contract import render_contract
+    except ImportError as exc:
+        raise LocalRunError(runtime_missing(exc)) from exc
     document = render_contract(
         trainjob, uid_meta, attempt=0, resume_from=resume.checkpoint if resume else None
     )
@@ -271,11 +285,7 @@ def run_local_command(args: argparse.Namespace) -> int:
         from raytrain_contract import ContractError, load_contract
         from trainer_runtime.local import run_local
     except ImportError as exc:
-        print(
-            f"raytrain run --local needs the trainer runtime's dependencies ({exc.name} is "
-            "missing); install them with: pip install 'raytrain-operator[runtime]'",
-            file=err,
-        )
+        print(f"raytrain run: {runtime_missing(exc)}", file=err)
         return 2
     try:
         contract = load_contract(document)

@@ -1,17 +1,15 @@
-"""Turn TrainJob objects into what the CLI prints: rows, a detail view, or JSON.
+"""Turn TrainJobs into what the CLI prints: rows, a detail view, or JSON.
 
-Pure functions over plain dicts, so the layout is tested without a cluster or a terminal.
+Pure functions over the SDK's models (raytrain.models), which read a job's spec as it runs
+(its template's values filled in), so the layout is tested without a cluster or a terminal.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from raytrain_contract.timefmt import parse_rfc3339
-
-Obj = Mapping[str, Any]
+from raytrain.models import TrainJob
 
 LIST_COLUMNS = ("NAMESPACE", "NAME", "STATUS", "PROGRESS", "EPOCH", "WORKERS", "ETA", "AGE")
 
@@ -33,98 +31,75 @@ def human_duration(seconds: float | None) -> str:
     return f"{secs}s"
 
 
-def age(obj: Obj, now: dt.datetime | None = None) -> str:
-    created = parse_rfc3339(obj.get("metadata", {}).get("creationTimestamp"))
-    if created is None:
+def age(job: TrainJob, now: dt.datetime | None = None) -> str:
+    if job.creation_timestamp is None:
         return "-"
     now = now or dt.datetime.now(dt.timezone.utc)
-    return human_duration((now - created).total_seconds())
+    return human_duration((now - job.creation_timestamp).total_seconds())
 
 
-def condition(obj: Obj, ctype: str) -> Mapping[str, Any] | None:
-    for cond in obj.get("status", {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return dict(cond)
-    return None
-
-
-def phase(obj: Obj) -> str:
-    return str(obj.get("status", {}).get("phase") or "Pending")
-
-
-def list_row(obj: Obj, now: dt.datetime | None = None) -> tuple[str, ...]:
-    status = obj.get("status", {}) or {}
-    trainer = status.get("trainerStatus") or {}
-    workers = status.get("workers") or {}
-    progress = trainer.get("progressPercentage")
-    eta = trainer.get("estimatedRemainingSeconds")
-    ready, desired = workers.get("ready"), workers.get("desired")
+def list_row(job: TrainJob, now: dt.datetime | None = None) -> tuple[str, ...]:
+    desired, ready = job.workers_desired, job.workers_ready
+    eta = job.estimated_remaining_seconds
     return (
-        str(obj.get("metadata", {}).get("namespace", "")),
-        str(obj.get("metadata", {}).get("name", "")),
-        phase(obj),
-        f"{progress}%" if progress is not None else "-",
-        str(trainer["epoch"]) if trainer.get("epoch") is not None else "-",
+        job.namespace,
+        job.name,
+        job.phase,
+        f"{job.progress}%" if job.progress is not None else "-",
+        str(job.epoch) if job.epoch is not None else "-",
         f"{ready or 0}/{desired}" if desired is not None else "-",
-        human_duration(eta) if eta is not None and phase(obj) == "Running" else "-",
-        age(obj, now),
+        human_duration(eta) if eta is not None and job.phase == "Running" else "-",
+        age(job, now),
     )
 
 
-def detail_lines(obj: Obj, now: dt.datetime | None = None) -> list[str]:
-    """A `describe`-style view: what the job is, where it is, and why."""
-    meta = obj.get("metadata", {})
-    spec = obj.get("spec", {})
-    status = obj.get("status", {}) or {}
-    trainer = status.get("trainerStatus") or {}
-    ckpt = status.get("checkpoint") or {}
-    scaling = spec.get("scaling", {})
-    storage = spec.get("storage", {})
-    if "s3" in storage:
-        where = storage["s3"].get("uri", "")
-    elif "pvc" in storage:
-        where = f"pvc/{storage['pvc'].get('claimName')}"
-    else:
-        where = "-"
-    workers = (
-        scaling.get("numWorkers") or f"{scaling.get('minWorkers')}-{scaling.get('maxWorkers')}"
-    )
+def workers(job: TrainJob) -> str:
+    """`2`, or `2-4` for an elastic job."""
+    if job.num_workers is not None:
+        return str(job.num_workers)
+    if job.min_workers is None and job.max_workers is None:
+        return "-"
+    return f"{_or_dash(job.min_workers)}-{_or_dash(job.max_workers)}"
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def detail_lines(job: TrainJob, now: dt.datetime | None = None) -> list[str]:
+    """A `describe`-style view: what the job is, where it is, and why. Spec fields are those the
+    job runs with: a field it leaves to its template shows the template's value."""
     lines = [
-        f"Name:        {meta.get('namespace', '')}/{meta.get('name', '')}",
-        f"Status:      {phase(obj)}",
-        f"Entrypoint:  {spec.get('entrypoint', '-')}",
-        f"Image:       {spec.get('image', '-')}",
-        f"Workers:     {workers} (gpu: {bool(scaling.get('useGpu'))})",
-        f"Storage:     {where}",
-        f"Run name:    {status.get('runName', '-')}",
-        f"RayJob:      {status.get('rayJobName', '-')}  attempt {status.get('attempt', 0)}, "
-        f"restarts {status.get('restarts', 0)}",
-        f"Dashboard:   {status.get('dashboardURL', '-')}",
+        f"Name:        {job.namespace}/{job.name}",
+        f"Status:      {job.phase}",
+        f"Entrypoint:  {_or_dash(job.entrypoint)}",
+        f"Image:       {_or_dash(job.image)}",
+        f"Workers:     {workers(job)} (gpu: {job.use_gpu})",
+        f"Storage:     {_or_dash(job.checkpoints.storage)}",
+        f"Run name:    {_or_dash(job.run_name)}",
+        f"RayJob:      {_or_dash(job.ray_job_name)}  attempt {job.attempt}, "
+        f"restarts {job.restarts}",
+        f"Dashboard:   {_or_dash(job.dashboard_url)}",
     ]
-    if trainer:
-        progress = trainer.get("progressPercentage")
+    if job.progress is not None or job.epoch is not None or job.metrics or job.message:
         lines.append(
-            f"Progress:    {progress if progress is not None else '-'}%  epoch "
-            f"{trainer.get('epoch', '-')}  ETA "
-            f"{human_duration(trainer.get('estimatedRemainingSeconds'))}"
+            f"Progress:    {_or_dash(job.progress)}%  epoch {_or_dash(job.epoch)}  ETA "
+            f"{human_duration(job.estimated_remaining_seconds)}"
         )
-        metrics = ", ".join(f"{m['name']}={m['value']}" for m in trainer.get("metrics") or [])
+        metrics = ", ".join(f"{name}={value}" for name, value in job.metrics.items())
         if metrics:
             lines.append(f"Metrics:     {metrics}")
-        if trainer.get("message"):
-            lines.append(f"Trainer:     {trainer['message']}")
-    if ckpt:
-        lines.append(f"Checkpoint:  latest {ckpt.get('latestURI', '-')}")
-        if ckpt.get("bestURI"):
-            lines.append(f"             best {ckpt['bestURI']} ({ckpt.get('bestMetric', '-')})")
-    conditions: Sequence[Mapping[str, Any]] = status.get("conditions") or []
-    if conditions:
+        if job.message:
+            lines.append(f"Trainer:     {job.message}")
+    ckpt = job.checkpoints
+    if ckpt.latest_uri or ckpt.best_uri or ckpt.count is not None:
+        lines.append(f"Checkpoint:  latest {_or_dash(ckpt.latest_uri)}")
+        if ckpt.best_uri:
+            lines.append(f"             best {ckpt.best_uri} ({_or_dash(ckpt.best_metric)})")
+    if job.conditions:
         lines.append("Conditions:")
-        for cond in conditions:
-            lines.append(
-                f"  {cond.get('type', ''):<12} {cond.get('status', ''):<6} "
-                f"{cond.get('reason', ''):<24} {cond.get('message', '')}"
-            )
+        for cond in job.conditions:
+            lines.append(f"  {cond.type:<12} {cond.status:<6} {cond.reason:<24} {cond.message}")
     return lines
 
 

@@ -3,27 +3,32 @@
 The runtime keeps each attempt's driver log, metrics and worker errors under
 ``<storage>/<run>/attempt-<N>/`` (trainer_runtime/runlog.py; the names below are a copy, the
 operator may not import the runtime). The CLI has no S3 client, so it reads such a file through
-a short-lived pod in the job's namespace: the job's own image, the storage wiring the builders
-give the head pod (its S3 variables, credentials by reference and the user's extra env, or the
-PVC mount, and the service account the user chose, for IRSA), hardened like every pod of the
-job, running ``python -m trainer_runtime.runlog cat PATH``. The pod is owned by the TrainJob, so
+a short-lived pod in the job's namespace: the job's own image, the storage wiring the
+operator gives the head pod (raytrain_contract.pods: its S3 variables, credentials by reference
+and the user's extra env, or the PVC mount, and the service account the user chose, for IRSA),
+hardened like every pod of the job, placed like the head, running
+``python -m trainer_runtime.runlog cat PATH``. The pod is owned by the TrainJob, so
 it goes with the job even when the CLI that made it could not delete it.
 """
 
 from __future__ import annotations
 
+import copy
 import posixpath
 from typing import Any
 
 from raytrain_contract.api.v1alpha1 import TrainJobSpec
 from raytrain_contract.meta import LABEL_ROLE, Meta, base_labels, owner_reference
-from raytrain_operator.builders.contract import storage_of
-from raytrain_operator.builders.names import run_name, runtime_account_name
-from raytrain_operator.builders.pods import (
-    STORAGE_VOLUME,
-    build_pod_template,
+from raytrain_contract.pods import (
+    chosen_service_account,
     container_security_context,
     pod_security_context,
+    run_name,
+    storage_env,
+    storage_mounts,
+    storage_path,
+    storage_volumes,
+    user_env,
 )
 
 ATTEMPT_DIR = "attempt-{attempt}"
@@ -52,8 +57,7 @@ def stored_file_name(*, worker: int | None = None, metrics: bool = False) -> str
 
 def attempt_dir(spec: TrainJobSpec, meta: Meta, attempt: int) -> str:
     """``<storage>/<run>/attempt-<N>`` as the pods see it: an s3:// URI or a mounted path."""
-    storage = storage_of(spec)
-    base = storage.path.rstrip("/") or "/"
+    base = storage_path(spec).rstrip("/") or "/"
     return posixpath.join(base, run_name(meta.name, meta.uid), ATTEMPT_DIR.format(attempt=attempt))
 
 
@@ -68,10 +72,10 @@ def build_reader_pod(spec: TrainJobSpec, meta: Meta, attempt: int, path: str) ->
     Exit 0: the file is the log. Exit 3: no such file; the termination message says what the
     directory holds. Anything else: the termination message says what failed.
     """
-    head = build_pod_template(spec, meta, attempt, "head", spec.head)
-    source = head["spec"]
-    ray_container = source["containers"][0]
-    env = [e for e in ray_container.get("env") or [] if not str(e["name"]).startswith("RAYTRAIN_")]
+    head = spec.head
+    ours = storage_env(spec)
+    # The runtime's own variables stay out: the reader is not a Ray pod of the job.
+    env = [e for e in ours + user_env(ours, head) if not str(e["name"]).startswith("RAYTRAIN_")]
     container: dict[str, Any] = {
         "name": READER_CONTAINER,
         "image": spec.image,
@@ -84,17 +88,15 @@ def build_reader_pod(spec: TrainJobSpec, meta: Meta, attempt: int, path: str) ->
             "--message-file",
             TERMINATION_MESSAGE,
         ],
-        "env": env,
+        "env": copy.deepcopy(env),
         "resources": {k: dict(v) for k, v in READER_RESOURCES.items()},
-        "volumeMounts": [
-            m for m in ray_container.get("volumeMounts") or [] if m["name"] == STORAGE_VOLUME
-        ],
+        "volumeMounts": storage_mounts(spec),
         "terminationMessagePath": TERMINATION_MESSAGE,
         "terminationMessagePolicy": "File",
         "securityContext": container_security_context(),
     }
-    if ray_container.get("envFrom"):
-        container["envFrom"] = ray_container["envFrom"]
+    if head is not None and head.env_from:
+        container["envFrom"] = copy.deepcopy(head.env_from)
     if spec.image_pull_policy:
         container["imagePullPolicy"] = spec.image_pull_policy
     pod: dict[str, Any] = {
@@ -105,17 +107,20 @@ def build_reader_pod(spec: TrainJobSpec, meta: Meta, attempt: int, path: str) ->
         "securityContext": pod_security_context(),
         "terminationGracePeriodSeconds": 5,
         "containers": [container],
-        "volumes": [v for v in source.get("volumes") or [] if v["name"] == STORAGE_VOLUME],
+        "volumes": storage_volumes(spec),
     }
     # The head's account when it is one the user chose (IRSA, an override); not the per-job
     # account: it is there for the Kubernetes API only, and gone after ttlSecondsAfterFinished,
     # when a pod that names it would be refused.
-    account = source["serviceAccountName"]
-    if account != runtime_account_name(meta.name):
+    account = chosen_service_account(spec, head)
+    if account is not None:
         pod["serviceAccountName"] = account
-    for key in ("nodeSelector", "tolerations", "priorityClassName"):
-        if key in source:
-            pod[key] = source[key]
+    if head is not None and head.node_selector:
+        pod["nodeSelector"] = dict(head.node_selector)
+    if head is not None and head.tolerations:
+        pod["tolerations"] = copy.deepcopy(head.tolerations)
+    if head is not None and head.priority_class_name:
+        pod["priorityClassName"] = head.priority_class_name
     labels = base_labels(meta, attempt)
     labels[LABEL_ROLE] = READER_ROLE
     # Not a controller and not blocking deletion: creating it needs no right on the TrainJob.
