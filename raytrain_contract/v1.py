@@ -218,6 +218,21 @@ class ReportSettings(_Section):
     min_interval_seconds: float = Field(default=DEFAULT_REPORT_MIN_INTERVAL_SECONDS, ge=0)
 
 
+class CodeSnapshot(_Section):
+    """The user's code as a zip archive in the job's storage (spec.code): where it is and the
+    SHA-256 of its bytes. The runtime refuses an archive whose hash differs."""
+
+    uri: str = Field(min_length=1)
+    sha256: str = Field(pattern="^[0-9a-f]{64}$")
+
+    @field_validator("uri")
+    @classmethod
+    def _archive_location(cls, value: str) -> str:
+        if not (value.startswith("s3://") or value.startswith("/")):
+            raise ValueError("expected an s3:// URI or an absolute path")
+        return value
+
+
 class Contract(_Section):
     """The whole document for one attempt of one TrainJob."""
 
@@ -239,6 +254,9 @@ class Contract(_Section):
     # A checkpoint of another run (an s3:// URI, or an absolute path on the shared mount) that
     # the loop gets from ray.train.get_checkpoint() while this run has none of its own.
     resume_from: str | None = Field(default=None, min_length=1)
+    # The training code as a snapshot in storage, on the import path of the driver and every
+    # worker; None: the entrypoint is imported from the image.
+    code: CodeSnapshot | None = None
 
     @field_validator("resume_from")
     @classmethod
@@ -263,7 +281,7 @@ class Contract(_Section):
 # Keys each section had in the 0.1.0 release. A key added since is left out of the rendered
 # document while it holds its default (see the module docstring).
 _ADDED_SINCE_0_1_0: dict[type[BaseModel], frozenset[str]] = {
-    Contract: frozenset({"resume_from"}),
+    Contract: frozenset({"resume_from", "code"}),
 }
 
 

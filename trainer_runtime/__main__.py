@@ -49,21 +49,31 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
+    from trainer_runtime import code
     from trainer_runtime.console import ConsoleTransport
     from trainer_runtime.kube import KubernetesTransport
-    from trainer_runtime.reporter import Transport
-    from trainer_runtime.trainer import reporter_for, run_training
+    from trainer_runtime.reporter import FAILED, Transport
+    from trainer_runtime.trainer import EXIT_BAD_INPUT, reporter_for, run_training
 
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
-    ray.init()  # the RayJob's cluster (RAY_ADDRESS), started by KubeRay
     transport: Transport
     if contract.report.enabled:
         transport = KubernetesTransport(contract.train_job.namespace, contract.train_job.name)
     else:
         transport = ConsoleTransport(contract.run_name, live=False)
-    return run_training(contract, reporter_for(contract, transport))
+    reporter = reporter_for(contract, transport)
+    # The code snapshot is fetched before Ray starts: it is the job's working_dir.
+    try:
+        runtime_env = code.prepare(contract)
+    except (code.CodeError, OSError) as exc:
+        logging.getLogger("trainer_runtime").error("%s", exc)
+        reporter.start()
+        reporter.finish(FAILED, str(exc))
+        return EXIT_BAD_INPUT
+    ray.init(runtime_env=runtime_env)  # the RayJob's cluster (RAY_ADDRESS), started by KubeRay
+    return run_training(contract, reporter)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,11 @@ import sys
 from typing import Any
 
 from raytrain_contract import Contract
-from trainer_runtime import runlog
+from trainer_runtime import code, runlog
 from trainer_runtime.console import ConsoleTransport
 from trainer_runtime.reporter import Transport
 from trainer_runtime.storage import storage_target
-from trainer_runtime.trainer import reporter_for, run_training, training_cpus
+from trainer_runtime.trainer import EXIT_BAD_INPUT, reporter_for, run_training, training_cpus
 
 log = logging.getLogger("trainer_runtime")
 
@@ -65,8 +65,15 @@ def run_local(
     import ray
 
     started = False
+    cwd_before = os.getcwd()
+    try:
+        runtime_env = code.prepare(contract)
+    except (code.CodeError, OSError) as exc:
+        log.error("%s", exc)
+        return EXIT_BAD_INPUT
     if not ray.is_initialized():
-        # Workers import the entrypoint the way the driver does: from the working directory.
+        # Workers import the entrypoint the way the driver does: from the working directory,
+        # or from the code snapshot (spec.code), which becomes Ray's working_dir.
         cwd = os.getcwd()
         if cwd not in sys.path:
             sys.path.insert(0, cwd)
@@ -75,6 +82,7 @@ def run_local(
             include_dashboard=False,
             logging_level=logging.WARNING,
             log_to_driver=ray_logs,
+            runtime_env=runtime_env,
         )
         started = True
     sink = transport or ConsoleTransport(contract.run_name, live=display)
@@ -86,6 +94,7 @@ def run_local(
     finally:
         if started:
             ray.shutdown()
+        os.chdir(cwd_before)
 
 
 def _continued(contract: Contract) -> tuple[Contract, dict[str, Any] | None]:

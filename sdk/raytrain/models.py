@@ -151,6 +151,9 @@ class TrainJob:
     min_workers: int | None = None
     max_workers: int | None = None
     use_gpu: bool = False
+    code_uri: str | None = None
+    """spec.code.uri: the code snapshot the job runs (None: the image's code)."""
+    code_sha256: str | None = None
     manifest: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The whole object, for fields this class does not name."""
 
@@ -219,6 +222,8 @@ class TrainJob:
             generation=_int(meta.get("generation")),
             image=_str(effective.get("image")),
             entrypoint=_str(effective.get("entrypoint")),
+            code_uri=_str((effective.get("code") or {}).get("uri")),
+            code_sha256=_str((effective.get("code") or {}).get("sha256")),
             num_workers=_int(scaling.get("numWorkers")),
             min_workers=_int(scaling.get("minWorkers")),
             max_workers=_int(scaling.get("maxWorkers")),

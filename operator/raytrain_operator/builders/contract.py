@@ -18,6 +18,7 @@ from raytrain_contract import (
     CONTRACT_VERSION,
     DEFAULT_TORCH_TIMEOUT_SECONDS,
     CheckpointSettings,
+    CodeSnapshot,
     Contract,
     Dataset,
     FailureSettings,
@@ -197,6 +198,9 @@ def build_contract(
         },
         tune=_tune(spec),
         resume_from=resume_from,
+        code=None
+        if spec.code is None
+        else CodeSnapshot(uri=spec.code.uri, sha256=spec.code.sha256),
     )
 
 

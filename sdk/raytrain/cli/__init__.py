@@ -2,6 +2,7 @@
 
     raytrain run examples/digits.yaml --local      # train on this machine with a local Ray
     raytrain submit examples/digits.yaml           # create it in the cluster
+    raytrain submit job.yaml --code ./src          # ... with your code, no image build
     raytrain list -A                               # every TrainJob, with progress
     raytrain get digits                            # one job in detail
     raytrain wait digits --for Succeeded           # block until done; exit 1 if it failed
@@ -37,6 +38,16 @@ def _add_namespace(parser: argparse.ArgumentParser, all_namespaces: bool = False
 
 def _add_output(parser: argparse.ArgumentParser, choices: Sequence[str]) -> None:
     parser.add_argument("-o", "--output", choices=list(choices), default=choices[0])
+
+
+def _add_code(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--code",
+        metavar="DIR",
+        help="your training code: DIR is stored as a snapshot beside the job's checkpoints and "
+        "put on the import path of the driver and every worker (no image build); "
+        "spec.entrypoint names a module or script in it",
+    )
 
 
 def _attempt(text: str) -> int:
@@ -85,14 +96,35 @@ def build_parser(prog: str = "raytrain") -> argparse.ArgumentParser:
         "(Ray Train's local mode, for debugging; no checkpoints are kept)",
     )
     run.add_argument("--quiet", action="store_true", help="no live progress bar")
+    _add_code(run)
     run.add_argument(
         "--ray-logs",
         action="store_true",
         help="also show the workers' output (the training loop's prints, Ray Train's messages)",
     )
 
-    submit = sub.add_parser("submit", help="create the objects in FILE in the cluster")
+    submit = sub.add_parser(
+        "submit",
+        help="create the objects in FILE in the cluster (with --code DIR: your code, no image)",
+        description="Create every object of FILE. With --code DIR, DIR is packed (what its "
+        ".gitignore files leave out stays out), stored in the TrainJob's own S3 storage as "
+        "<storage>/code/<sha256>.zip and recorded in spec.code: the driver and every worker "
+        "import from it, and every retry and resume runs that same snapshot.",
+    )
     submit.add_argument("file", help="manifest: a TrainJob, plus Secrets/PVCs it needs")
+    _add_code(submit)
+    submit.add_argument(
+        "--s3-endpoint",
+        help="S3 endpoint this machine stores the code snapshot through (default: "
+        "$AWS_ENDPOINT_URL, else the TrainJob's spec.storage.s3.endpoint); for an endpoint "
+        "that only pods can reach",
+    )
+    submit.add_argument(
+        "--replace",
+        action="store_true",
+        help="delete a TrainJob of the same name first (its checkpoints stay in storage; the "
+        "new job starts a run of its own)",
+    )
     _add_namespace(submit)
     _add_output(submit, ("text", "json"))
 

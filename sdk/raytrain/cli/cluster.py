@@ -79,6 +79,8 @@ def submit(args: argparse.Namespace) -> int:
     from raytrain._manifest import read_documents
 
     sdk = _client(args)
+    if args.code or args.replace:
+        return _submit_job(sdk, args)
     created = [
         sdk.create_object(doc, namespace=args.namespace) for doc in read_documents(args.file)
     ]
@@ -87,6 +89,36 @@ def submit(args: argparse.Namespace) -> int:
     else:
         for item in created:
             _say(f"{item['kind'].lower()}/{item['name']} created")
+    return 0
+
+
+def _submit_job(sdk: TrainJobClient, args: argparse.Namespace) -> int:
+    """`submit FILE --code DIR` or `--replace`: the one TrainJob of FILE, through `train()`."""
+    from raytrain._manifest import is_trainjob, read_documents
+
+    jobs = [doc for doc in read_documents(args.file) if is_trainjob(doc)]
+    if len(jobs) != 1:
+        raise CLIError(
+            f"{args.file}: --code and --replace apply to one TrainJob, and the file holds "
+            f"{len(jobs)}; put each job in a file of its own"
+        )
+    name = sdk.train(
+        args.file,
+        namespace=args.namespace,
+        code=args.code,
+        s3_endpoint=args.s3_endpoint,
+        replace=args.replace,
+    )
+    ns = args.namespace or jobs[0].get("metadata", {}).get("namespace") or sdk.namespace
+    job = sdk.get_job(name, namespace=ns)
+    code = {"uri": job.code_uri, "sha256": job.code_sha256} if job.code_uri else None
+    if args.output == "json":
+        print(json.dumps([{"kind": "TrainJob", "name": name, "namespace": ns, "code": code}],
+                         indent=2))  # fmt: skip
+        return 0
+    _say(f"trainjob/{name} created")
+    if code:
+        _say(f"code: {code['uri']} (sha256 {code['sha256']})")
     return 0
 
 

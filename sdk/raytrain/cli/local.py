@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from raytrain.errors import InvalidJobError
 from raytrain_contract.api import templates
 from raytrain_contract.api.v1alpha1 import API_VERSION, KIND, TrainJob
 from raytrain_contract.meta import Meta
@@ -246,6 +247,34 @@ def secret_env(trainjob: TrainJob, others: list[dict[str, Any]]) -> dict[str, st
     return {}
 
 
+def local_code(
+    directory: str, storage: Mapping[str, Any], env: Mapping[str, str]
+) -> dict[str, str]:
+    """The contract's code section for ``--code DIR``: DIR packed and stored as a cluster job's
+    snapshot would be, under the local run's storage (a directory, or S3 with its endpoint)."""
+    from raytrain import _code
+
+    snapshot = _code.pack(directory)
+    if storage["type"] == "s3":
+        credentials = {
+            "aws_access_key_id": env.get("AWS_ACCESS_KEY_ID", ""),
+            "aws_secret_access_key": env.get("AWS_SECRET_ACCESS_KEY", ""),
+            "aws_session_token": env.get("AWS_SESSION_TOKEN", ""),
+        }
+        target = _code.S3Target(
+            storage.get("endpoint"),
+            storage.get("region"),
+            {k: v for k, v in credentials.items() if v},
+        )
+        uri = snapshot.uri_under(str(storage["path"]))
+        _code.upload_s3(snapshot, uri, target)
+    else:
+        spec: dict[str, Any] = {}
+        uri = _code.attach(spec, snapshot, storage={"pvc": {"mountPath": storage["path"]}},
+                           local_storage=True)  # fmt: skip
+    return {"uri": uri, "sha256": snapshot.sha256}
+
+
 @contextmanager
 def _environment(values: Mapping[str, str]) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in values}
@@ -278,7 +307,9 @@ def run_local_command(args: argparse.Namespace) -> int:
         env = {}
         if storage["type"] == "s3":
             env = {k: v for k, v in secret_env(trainjob, others).items() if k not in os.environ}
-    except LocalRunError as exc:
+        if args.code:
+            document["code"] = local_code(args.code, storage, env)
+    except (LocalRunError, InvalidJobError) as exc:
         print(f"raytrain run: {exc}", file=err)
         return 2
     try:
@@ -298,6 +329,8 @@ def run_local_command(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"TrainJob {meta.namespace}/{meta.name}: run {contract.run_name}", file=err)
         print(f"  checkpoints: {where}", file=err)
+        if contract.code is not None:
+            print(f"  code: {contract.code.uri} (sha256 {contract.code.sha256})", file=err)
         for note in notes:
             print(f"  note: {note}", file=err)
     with _environment(env):

@@ -62,6 +62,13 @@ def workers(job: TrainJob) -> str:
     return f"{_or_dash(job.min_workers)}-{_or_dash(job.max_workers)}"
 
 
+def code_line(job: TrainJob) -> str:
+    """spec.code as `get` shows it: the snapshot's hash and where it is, or the image's code."""
+    if not job.code_uri:
+        return "from the image"
+    return f"sha256:{(job.code_sha256 or '?')[:12]}  {job.code_uri}"
+
+
 def _or_dash(value: object) -> str:
     return "-" if value is None else str(value)
 
@@ -74,6 +81,7 @@ def detail_lines(job: TrainJob, now: dt.datetime | None = None) -> list[str]:
         f"Status:      {job.phase}",
         f"Entrypoint:  {_or_dash(job.entrypoint)}",
         f"Image:       {_or_dash(job.image)}",
+        f"Code:        {code_line(job)}",
         f"Workers:     {workers(job)} (gpu: {job.use_gpu})",
         f"Storage:     {_or_dash(job.checkpoints.storage)}",
         f"Run name:    {_or_dash(job.run_name)}",
