@@ -468,6 +468,9 @@ def _run_training(
         workers,
         contract.storage.path,
     )
+    if contract.code is not None:
+        # Every attempt names the snapshot it runs: a retry runs the code the job was given.
+        log.info("code: snapshot sha256:%s (%s)", contract.code.sha256, contract.code.uri)
     if contract.resume_from:
         if resume.run_has_checkpoint(target, contract.run_name):
             log.info("the run has checkpoints of its own: %s is not used", contract.resume_from)
