@@ -29,12 +29,20 @@ FROM ${PYTHON_IMAGE} AS python-base
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
     PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /opt/raytrain
-# The dependency layers depend on these two files only, so a change to the source rebuilds
-# nothing but the small project layer.
+# The dependency layers depend on these files only, so a change to the source rebuilds nothing
+# but the small project layer. The images install two of the project's distributions: the
+# shared contract (contract/pyproject.toml) and the operator with the runtime (pyproject.toml);
+# the SDK and CLI (sdk/) are for users' machines and neither image imports them. The
+# requirements are the two files' dependencies without the project's own distributions, which
+# are not on PyPI: they are installed from the source below.
 COPY constraints.txt pyproject.toml ./
-RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
-open('requirements-core.txt', 'w').write('\n'.join(p['dependencies']) + '\n'); \
-open('requirements-runtime.txt', 'w').write('\n'.join(p['optional-dependencies']['runtime']) + '\n')"
+COPY contract/pyproject.toml contract/
+RUN python -c "import re, tomllib; \
+ps = [tomllib.load(open(f, 'rb'))['project'] for f in ('contract/pyproject.toml', 'pyproject.toml')]; \
+ours = {p['name'] for p in ps}; \
+pypi = lambda reqs: [r for r in reqs if re.match(r'[A-Za-z0-9._-]+', r).group(0) not in ours]; \
+open('requirements-core.txt', 'w').write('\n'.join(r for p in ps for r in pypi(p['dependencies'])) + '\n'); \
+open('requirements-runtime.txt', 'w').write('\n'.join(pypi(ps[1]['optional-dependencies']['runtime'])) + '\n')"
 # Every `pip install` below:
 # - takes its files from a wheelhouse when the build mounts one at /wheels
 #   (`buildah bud -v ~/.cache/raytrain/wheels:/wheels:ro`; e2e/images/build.sh fills it from
@@ -52,7 +60,7 @@ RUN if [ -n "$(ls /wheels 2>/dev/null)" ]; then export PIP_NO_INDEX=1 PIP_FIND_L
 # (a few MB), removed from the file system below.
 COPY . /tmp/src
 RUN if [ -n "$(ls /wheels 2>/dev/null)" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels; fi \
- && PIP_CONSTRAINT=/opt/raytrain/constraints.txt pip install --no-deps /tmp/src \
+ && PIP_CONSTRAINT=/opt/raytrain/constraints.txt pip install --no-deps /tmp/src/contract /tmp/src \
  && pip check && rm -rf /tmp/src
 # A fixed numeric user so `runAsNonRoot` can verify it; the chart runs as the same uid.
 RUN groupadd --gid 10001 raytrain && useradd --uid 10001 --gid 10001 --no-create-home \
@@ -90,7 +98,7 @@ RUN groupadd --gid 1000 ray && useradd --uid 1000 --gid 1000 --create-home --she
 # the system default, and /usr/local/bin is on it.
 COPY . /tmp/src
 RUN if [ -n "$(ls /wheels 2>/dev/null)" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels; fi \
- && PIP_CONSTRAINT=/opt/raytrain/constraints.txt pip install --no-deps /tmp/src \
+ && PIP_CONSTRAINT=/opt/raytrain/constraints.txt pip install --no-deps /tmp/src/contract /tmp/src \
  && pip check && rm -rf /tmp/src
 WORKDIR /app
 # The examples ship in the image so examples/*.yaml run as they are

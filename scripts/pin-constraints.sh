@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Regenerate constraints.txt: the exact version of every package the images and the development
-# install use, from one fresh resolution of pyproject.toml (core dependencies, the `runtime` and
-# `dev` extras, the build backend) against PyPI. The images install the core and `runtime`
-# part; `make install` installs everything with the same file, so the tests run the versions
-# the images ship. Run it after any change to pyproject.toml's dependencies:
+# install use, from one fresh resolution of the project's distributions (pyproject.toml's core
+# dependencies, its `runtime` and `dev` extras and the build backend, with contract/ and sdk/,
+# which are not on PyPI and come from their directories) against PyPI. The images install the
+# core and `runtime` part; `make install` installs everything with the same file, so the tests
+# run the versions the images ship. Run it after any change to the dependencies of a
+# pyproject.toml:
 #
 #   bash scripts/pin-constraints.sh            (PYTHON=python3.11 to pick the interpreter)
 #
@@ -37,7 +39,7 @@ PY
 # PIP_FIND_LINKS and friends from this machine's pip config must not add or hide candidates.
 env -u PIP_FIND_LINKS -u PIP_CONSTRAINT -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL \
   "$PYTHON" -m pip install --quiet --dry-run --ignore-installed --report "$report" \
-  "$ROOT[runtime,dev]" "${build_reqs[@]}"
+  "$ROOT/contract" "$ROOT/sdk" "$ROOT[runtime,dev]" "${build_reqs[@]}"
 
 deps_hash="$("$PYTHON" "$ROOT/e2e/images/deps_hash.py" "$ROOT/pyproject.toml")"
 "$PYTHON" - "$report" "$OUT" "$deps_hash" <<'PY'
