@@ -1301,11 +1301,11 @@ class PodOverrides(_Model):
 
     resources: Annotated[dict[str, Any], WithJsonSchema(_RESOURCES_SCHEMA)] | None = None
     """Container resources of the Ray container: requests, limits and DRA claims. Head: they
-    replace the default (1 CPU, 2Gi). Workers: they are added to what
-    scaling.resourcesPerWorker (x workersPerPod) and spec.network give the container, for
-    resources those do not set (ephemeral-storage, hugepages-2Mi, a device); cpu, memory, the
-    GPU and every name of resourcesPerWorker or of the network profile belong there, and the
-    same name in both is refused."""
+    replace the whole default (1 CPU and 4Gi requested, a 4Gi memory limit). Workers: they are
+    added to what scaling.resourcesPerWorker (x workersPerPod) and spec.network give the
+    container, for resources those do not set (ephemeral-storage, hugepages-2Mi, a device); cpu,
+    memory, the GPU and every name of resourcesPerWorker or of the network profile belong there,
+    and the same name in both is refused."""
     node_selector: dict[str, _LabelValue] | None = Field(
         default=None, json_schema_extra=_label_map("spec.*.nodeSelector", "node label")
     )

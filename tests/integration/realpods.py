@@ -27,6 +27,8 @@ import yaml
 from _wait import wait_for
 from conftest import CLUSTER_SH, REPO, KubeCluster, KubectlError
 
+from raytrain_operator.builders.pods import DEFAULT_HEAD_RESOURCES
+
 NODE = "realnode"
 NODE_IP = "10.245.0.1"  # e2e/realnode/node.sh
 NODE_TAINT_KEY = "raytrain.dev/real-node"
@@ -442,8 +444,10 @@ def trainjob_on_real_node(
 ) -> list[dict[str, Any]]:
     """The objects of an example manifest, its TrainJob's pods placed on the real node.
 
-    The cluster's only real node has 2 CPUs, so the head, the submitter and both workers ask for
-    a quarter of a CPU each instead of the example's whole ones; nothing else changes.
+    The cluster's only real node has 2 CPUs, so the head and both workers ask for a quarter of a
+    CPU each instead of a whole one. The head keeps the operator's default memory
+    (DEFAULT_HEAD_RESOURCES): a test that gave it more would hide a default too small for Ray
+    and the driver. Each worker gets 1Gi.
     """
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     for doc in docs:
@@ -455,13 +459,9 @@ def trainjob_on_real_node(
         if epochs is not None:
             s.setdefault("config", {})["epochs"] = epochs
         s["scaling"].setdefault("resourcesPerWorker", {}).update(cpu="250m", memory="1Gi")
-        s["head"] = {
-            **ON_REAL_NODE,
-            "resources": {
-                "requests": {"cpu": "250m", "memory": "1Gi"},
-                "limits": {"memory": "3Gi"},
-            },
-        }
+        head = {kind: dict(amounts) for kind, amounts in DEFAULT_HEAD_RESOURCES.items()}
+        head["requests"]["cpu"] = "250m"
+        s["head"] = {**ON_REAL_NODE, "resources": head}
         s["workerTemplate"] = dict(ON_REAL_NODE)
         s.update(spec)
     return docs

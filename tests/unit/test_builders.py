@@ -503,7 +503,7 @@ def test_worker_dev_shm_is_memory_sized_for_the_object_store(
 
 
 def test_head_dev_shm_follows_the_heads_memory_limit() -> None:
-    assert shm(head(build())["template"]) == {"medium": "Memory", "sizeLimit": "820Mi"}
+    assert shm(head(build())["template"]) == {"medium": "Memory", "sizeLimit": "1639Mi"}
     tj = trainjob(head={"resources": {"limits": {"memory": "10Gi"}}})
     assert shm(head(build(tj))["template"])["sizeLimit"] == "4Gi"
 
