@@ -30,6 +30,7 @@ from raytrain_contract.meta import (
 from raytrain_contract.pods import run_name
 from raytrain_contract.timefmt import parse_rfc3339, rfc3339
 from raytrain_operator.builders.names import rayjob_name
+from raytrain_operator.builders.pods import DEFAULT_HEAD_RESOURCES
 from raytrain_operator.builders.rayjob import (
     ANNOTATION_FIELD_HASHES,
     changed_fields,
@@ -386,7 +387,12 @@ def plan(obs: Observation) -> Plan:
             b.actions += [
                 DeleteRayJob(n) for n, gone in sorted(obs.older_rayjobs.items()) if not gone
             ]
-            found = triage.classify_pods(obs.attempt_pods, obs.attempt_events, _worker_memory(tj))
+            found = triage.classify_pods(
+                obs.attempt_pods,
+                obs.attempt_events,
+                _worker_memory(tj),
+                head_memory=_head_memory(tj),
+            )
             why = f" While it ran, {found.reason}: {found.message}." if found else ""
             return _fail(
                 b,
@@ -471,6 +477,7 @@ def plan(obs: Observation) -> Plan:
             events=obs.attempt_events,
             report=report,
             worker_memory=_worker_memory(tj),
+            head_memory=_head_memory(tj),
         )
         return _attempt_failed(b, tj, attempt, restarts, failure, triage.classify(evidence))
 
@@ -765,6 +772,16 @@ def deadline_passed(status: Mapping[str, Any], tj: TrainJob | None, now: datetim
 def _worker_memory(tj: TrainJob) -> str | None:
     resources = tj.spec.scaling.resources_per_worker
     memory = resources.memory if resources is not None else None
+    return str(memory) if memory is not None else None
+
+
+def _head_memory(tj: TrainJob) -> str | None:
+    """The head's memory limit as the builders give it: spec.head.resources replace the
+    default whole (builders/pods.py), so a resources without a memory limit leaves none."""
+    head = tj.spec.head
+    if head is None or not head.resources:
+        return f"{DEFAULT_HEAD_RESOURCES['limits']['memory']}, the default"
+    memory = (head.resources.get("limits") or {}).get("memory")
     return str(memory) if memory is not None else None
 
 

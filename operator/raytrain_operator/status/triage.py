@@ -22,6 +22,7 @@ from enum import Enum
 from typing import Any, TypedDict
 
 from raytrain_contract.frames import without_runtime_frames
+from raytrain_contract.meta import LABEL_ROLE
 
 
 class FailureClass(str, Enum):
@@ -141,6 +142,9 @@ class Evidence:
     report: Mapping[str, Any] = field(default_factory=dict)
     #: spec.scaling.resourcesPerWorker.memory as written, for the OOM advice.
     worker_memory: str | None = None
+    #: The head's memory limit as its pod gets it (spec.head.resources.limits.memory, or the
+    #: operator's default said as such), for the OOM advice.
+    head_memory: str | None = None
 
 
 _IMAGE_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
@@ -236,16 +240,53 @@ def _statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [*(st.get("initContainerStatuses") or []), *(st.get("containerStatuses") or [])]
 
 
-def _is_head(pod: Mapping[str, Any]) -> bool:
+def _node_type(pod: Mapping[str, Any]) -> str | None:
+    """head or worker: KubeRay's label of a Ray pod, else ours (the submitter's is neither)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
+    node_type = labels.get("ray.io/node-type") or labels.get(LABEL_ROLE)
+    return str(node_type) if node_type else None
+
+
+def _is_head(pod: Mapping[str, Any]) -> bool:
+    return _node_type(pod) == "head" or _name(pod).endswith("-head") or ("-head-" in _name(pod))
+
+
+def _memory_limit(container: Any, pod: Mapping[str, Any]) -> str | None:
+    """The memory limit of one container of the pod, as its spec says."""
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        if c.get("name") == container:
+            limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+            return str(limit) if limit is not None else None
+    return None
+
+
+def _now(memory: str | None) -> str:
+    return f" (now {memory})" if memory else " (unset now)"
+
+
+def _raise_head(head_memory: str | None) -> str:
+    return f"raise spec.head.resources.limits.memory{_now(head_memory)}"
+
+
+def head_fix(head_memory: str | None) -> str:
+    """What to raise when the head ran out of memory."""
     return (
-        labels.get("ray.io/node-type") == "head"
-        or _name(pod).endswith("-head")
-        or ("-head-" in _name(pod))
+        f"{_raise_head(head_memory)}: the head holds the driver, Ray Train's controller and "
+        "Ray's own processes (GCS, dashboard, raylet); or keep less in the driver"
     )
 
 
-def _oom(pods: Sequence[Mapping[str, Any]], worker_memory: str | None) -> Triage | None:
+def worker_fix(worker_memory: str | None) -> str:
+    """What to raise when a worker pod ran out of memory."""
+    return (
+        f"raise spec.scaling.resourcesPerWorker.memory{_now(worker_memory)} or lower the batch "
+        "size / model size per worker"
+    )
+
+
+def _oom(
+    pods: Sequence[Mapping[str, Any]], worker_memory: str | None, head_memory: str | None
+) -> Triage | None:
     for pod in pods:
         for cs in _statuses(pod):
             for key in ("state", "lastState"):
@@ -255,21 +296,21 @@ def _oom(pods: Sequence[Mapping[str, Any]], worker_memory: str | None) -> Triage
                 code = term.get("exitCode")
                 code = code if isinstance(code, int) else None
                 name, container = _name(pod), str(cs.get("name") or "?")
+                # The callers that know the spec pass its values; else the pod's own limit.
+                limit = _memory_limit(cs.get("name"), pod)
                 if _is_head(pod):
-                    fix = (
-                        "raise the head's memory limit (spec.head.resources.limits.memory) or "
-                        "keep less in the driver"
-                    )
+                    what, fix = "the Ray head", head_fix(head_memory or limit)
                 else:
-                    now = f" (now {worker_memory})" if worker_memory else " (unset now)"
-                    fix = (
-                        f"raise spec.scaling.resourcesPerWorker.memory{now} or lower the "
-                        "batch size / model size per worker"
-                    )
+                    fix = worker_fix(worker_memory)
+                    if worker_memory is None and limit is not None:
+                        fix = worker_fix(f"{limit} for the pod")
+                    what = "a Ray worker"
                 return Triage(
                     FailureClass.OOM_KILLED,
-                    f"container {container} of pod {name} was killed for exceeding its memory "
-                    f"limit (OOMKilled, exit code {code if code is not None else '?'}); {fix}",
+                    f"container {container} of pod {name} ({what}) was killed by the kernel for "
+                    f"exceeding its memory limit (OOMKilled, exit code "
+                    f"{code if code is not None else '?'}; the whole container, every process "
+                    f"in it); {fix}",
                     pod=name,
                     container=container,
                     exit_code=code,
@@ -407,6 +448,145 @@ def unschedulable_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
+#: Where Ray's memory monitor killed: the node's IP in its words ("Memory on the node (IP:
+#: 10.0.0.5, ID: ...)") or in a dead actor's fields ("ip: 10.0.0.5").
+_RAY_NODE_IP = re.compile(
+    r"Memory on the node \(IP: ([0-9A-Fa-f.:]+)|^\s*ip: ([0-9A-Fa-f.:]+)\s*$", re.M
+)
+#: The process it killed, as each Ray version words it: "name=f, pid=7" (2.2 on); "Selected to
+#: kill: (Task: ..., task name=f, required resources={...}, pid=7, ...)" among the workers its
+#: policy considered (2.56 on, which may kill several: the first is named); "Actor(<id>)
+#: pid=7"; a dead actor's own fields ("class_name: A", "pid: 7").
+_SELECTED = re.compile(
+    r"Selected to kill: \([^\n]*?\bname=(?P<name>[^,\n]+?),[^\n]*?\bpid=(?P<pid>\d+)"
+)
+_KILLED = re.compile(r"\bname=(?P<name>[^,\n]+?),[^\n]*?\bpid=(?P<pid>\d+)")
+_KILLED_ACTOR = re.compile(r"\b(?P<name>Actor\([0-9a-f]+\)) pid=(?P<pid>\d+)")
+_CLASS_NAME = re.compile(r"^\s*class_name: (\S+)\s*$", re.M)
+_PID_FIELD = re.compile(r"^\s*pid: (\d+)\s*$", re.M)
+#: How full the node was: "was 1.95GB / 2.00GB (0.975)" (before 2.56, then "which exceeds the
+#: memory usage threshold of 0.95"), "was 1.95GB used / 2.00GB limit (0.975000)" (2.56 on).
+_RAY_USAGE = re.compile(r"\bwas ([\d.]+GB(?: used)? / [\d.]+GB(?: limit)? \(\d*\.?\d+\))")
+_RAY_THRESHOLD = re.compile(r"memory usage threshold of (\d*\.\d+)")
+#: A line of Ray's "Top 10 memory users" (PID, MEM(GB), COMMAND).
+_MEMORY_USER = re.compile(r"^\s*(\d+)\s+\d+(?:\.\d+)?\s+(\S[^\n]*?)\s*$", re.M)
+#: Processes only the head runs: the driver (`python -m trainer_runtime`), Ray Train's
+#: controller (Ray places it on the driver's node), the job supervisor, GCS and the dashboard
+#: (Ray cuts the dashboard's command short: ".../ray/dashboard/dashboa...").
+_HEAD_PROCESS = re.compile(
+    r"-m trainer_runtime\b(?!\.)|TrainController|JobSupervisor|gcs_server|dashboard/dashboa"
+)
+#: Ray Train's worker actor; the head starts with no CPU (HEAD_START_PARAMS), so none runs there.
+_WORKER_PROCESS = re.compile(r"RayTrainWorker")
+#: The runtime's report names who failed (trainer_runtime/failure.py, `headline`).
+_CONTROLLER_FAILED = re.compile(r"training failed in the Ray Train controller")
+_RANK_FAILED = re.compile(r"(?:^|training failed: |; )worker (\d+): ", re.M)
+
+HEAD, WORKER = "head", "worker"
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where Ray's memory monitor killed: the pod's role and name, the rank, the process."""
+
+    role: str | None = None
+    pod: str | None = None
+    rank: str | None = None
+    process: str | None = None
+
+
+def _killed_process(text: str) -> tuple[str | None, str | None]:
+    """The pid and the name (or command) of the process Ray's memory monitor killed."""
+    found = _SELECTED.search(text) or _KILLED.search(text) or _KILLED_ACTOR.search(text)
+    pid = found.group("pid") if found else None
+    name = found.group("name").strip() if found else None
+    if found is None:
+        cls, field = _CLASS_NAME.search(text), _PID_FIELD.search(text)
+        pid, name = (field.group(1) if field else None), (cls.group(1) if cls else None)
+    if pid is not None and (name is None or name.startswith("Actor(")):
+        for user_pid, command in _MEMORY_USER.findall(text):
+            if user_pid == pid:
+                name = command
+                break
+    return pid, name
+
+
+def _role(pod: Mapping[str, Any]) -> str:
+    return HEAD if _is_head(pod) else WORKER
+
+
+def _ray_memory_place(text: str, pods: Sequence[Mapping[str, Any]]) -> _Place:
+    """Which pod Ray's memory monitor killed on, from the most to the least certain: the node's
+    IP among the pods' IPs (pods on the node's network share one and do not decide), the
+    process it killed, the processes using the most memory there, who the runtime says failed."""
+    pid, name = _killed_process(text)
+    process = f"process {pid} ({name})" if pid and name else f"process {pid}" if pid else None
+    # The submitter runs no Ray node: only the head's and the workers' IPs place a kill.
+    ray_pods = [p for p in pods if _is_head(p) or _node_type(p) == WORKER]
+    for groups in _RAY_NODE_IP.findall(text):
+        ip = next(g for g in groups if g)
+        there = [p for p in ray_pods if (p.get("status") or {}).get("podIP") == ip]
+        if len({_role(p) for p in there}) == 1:
+            named = _name(there[0]) if len(there) == 1 else None
+            return _Place(_role(there[0]), named, process=process)
+    role: str | None = None
+    if name and _HEAD_PROCESS.search(name):
+        role = HEAD
+    elif name and _WORKER_PROCESS.search(name):
+        role = WORKER
+    elif _CONTROLLER_FAILED.search(text) or any(
+        _HEAD_PROCESS.search(command) for _, command in _MEMORY_USER.findall(text)
+    ):
+        role = HEAD
+    rank = _RANK_FAILED.search(text)
+    if role is None and rank is not None:
+        role = WORKER
+    pod = None
+    if role == HEAD:
+        heads = [p for p in ray_pods if _is_head(p)]
+        pod = _name(heads[0]) if len(heads) == 1 else None
+    return _Place(role, pod, rank.group(1) if rank and role == WORKER else None, process)
+
+
+def _ray_memory(text: str, source: str, evidence: Evidence) -> Triage:
+    """OOMKilled by Ray's memory monitor: the pod it killed on and the field that sizes it."""
+    # Ray's text is long (its settings, its policy's history): the fix must not be cut off.
+    said = last_traceback_lines(text, 4)
+    usage, threshold = _RAY_USAGE.search(text), _RAY_THRESHOLD.search(text)
+    if usage is not None:
+        over = f" over the threshold {threshold.group(1)}" if threshold else ""
+        said = f"Ray saw {usage.group(1)}{over}\n{said}"
+    said = said if len(said) <= RAY_MEMORY_QUOTE else said[:RAY_MEMORY_QUOTE] + " ..."
+    # The other text (the report or KubeRay's) may keep what this one lost, the IP first.
+    texts = [str((evidence.report or {}).get("message") or "")]
+    rj = evidence.rayjob_status
+    texts += [str(rj.get(k)) for k in ("message", "failedReason", "reason") if rj.get(k)]
+    place = _ray_memory_place("\n".join([text, *(t for t in texts if t != text)]), evidence.pods)
+    killed = f"Ray's memory monitor killed {place.process or 'a process'}"
+    why = "when the pod's memory passed Ray's threshold"
+    if place.role == HEAD:
+        where = f"the Ray head (pod {place.pod})" if place.pod else "the Ray head"
+        message = f"{killed} on {where} {why} ({source}: {said}); {head_fix(evidence.head_memory)}"
+    elif place.role == WORKER:
+        if place.pod:
+            where = f"Ray worker pod {place.pod}"
+        elif place.rank is not None:
+            where = f"the pod of Ray Train worker {place.rank}"
+        else:
+            where = "a Ray worker pod"
+        message = (
+            f"{killed} on {where} {why} ({source}: {said}); {worker_fix(evidence.worker_memory)}"
+        )
+    else:
+        message = (
+            f"{killed} when its pod's memory passed Ray's threshold ({source}: {said}); Ray's "
+            "words do not say which pod: if the head (its driver, Ray Train's controller, GCS, "
+            f"dashboard), {_raise_head(evidence.head_memory)}; if a worker, "
+            f"{worker_fix(evidence.worker_memory)}"
+        )
+    return Triage(FailureClass.OOM_KILLED, message)
+
+
 def last_traceback_lines(text: str, count: int = TRACEBACK_LINES) -> str:
     """The last `count` non-empty lines of the last traceback in `text`, else of `text`,
     without the frames of the runtime's wrappers around the training function (the runtime's
@@ -445,22 +625,15 @@ def _from_text(
     source: str,
     *,
     user_needs_traceback: bool = False,
-    worker_memory: str | None = None,
+    evidence: Evidence | None = None,
 ) -> Triage | None:
     """The class a failure message shows. With `user_needs_traceback` (KubeRay's words, which
-    quote the driver's log), only a Python traceback makes it a user exception."""
+    quote the driver's log), only a Python traceback makes it a user exception. `evidence`
+    (its pods, both texts, the memory settings) tells where Ray's memory monitor killed."""
     if not text.strip():
         return None
     if _RAY_MEMORY.search(text):
-        now = f" (now {worker_memory})" if worker_memory else " (unset now)"
-        # Ray's text is long (its settings, its policy's history): the fix must not be cut off.
-        said = last_traceback_lines(text, 4)
-        said = said if len(said) <= RAY_MEMORY_QUOTE else said[:RAY_MEMORY_QUOTE] + " ..."
-        return Triage(
-            FailureClass.OOM_KILLED,
-            f"Ray's memory monitor killed a worker ({source}: {said}); "
-            f"raise spec.scaling.resourcesPerWorker.memory{now} or lower the batch size",
-        )
+        return _ray_memory(text, source, evidence or Evidence(rayjob_status={}))
     exc = exception_type(text)
     if _COLLECTIVE.search(text):
         return Triage(
@@ -507,11 +680,13 @@ def classify_pods(
     pods: Sequence[Mapping[str, Any]],
     events: Sequence[Mapping[str, Any]] = (),
     worker_memory: str | None = None,
+    *,
+    head_memory: str | None = None,
 ) -> Triage | None:
     """What the pods (and events) alone show: OOMKilled, ImagePullFailed, NodeLost or
     Unschedulable, else None. Also asked while a cluster starts or when a deadline ends it."""
     return (
-        _oom(pods, worker_memory)
+        _oom(pods, worker_memory, head_memory)
         or _image(pods)
         or _node_lost(pods)
         or _unschedulable(pods, events)
@@ -520,7 +695,9 @@ def classify_pods(
 
 def classify(evidence: Evidence) -> Triage:
     """The class of a failed attempt from everything observed (see the module docstring)."""
-    found = classify_pods(evidence.pods, evidence.events, evidence.worker_memory)
+    found = classify_pods(
+        evidence.pods, evidence.events, evidence.worker_memory, head_memory=evidence.head_memory
+    )
     if found is not None:
         return found
     report = evidence.report or {}
@@ -528,7 +705,7 @@ def classify(evidence: Evidence) -> Triage:
         found = _from_text(
             str(report.get("message") or ""),
             "reported by the trainer runtime",
-            worker_memory=evidence.worker_memory,
+            evidence=evidence,
         )
         if found is not None:
             return found
@@ -538,7 +715,7 @@ def classify(evidence: Evidence) -> Triage:
         rj_text,
         "from the RayJob's status",
         user_needs_traceback=True,
-        worker_memory=evidence.worker_memory,
+        evidence=evidence,
     )
     if found is not None:
         return found
