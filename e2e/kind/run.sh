@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 
 CLUSTER="${CLUSTER:-raytrain-e2e}"
 KIND_NODE_IMAGE="${KIND_NODE_IMAGE:-}"
-KUBERAY_VERSION="${KUBERAY_VERSION:-1.7.0}"
+KUBERAY_VERSION="${KUBERAY_VERSION:-1.6.2}"
 # MinIO's last community images are from 2025; this tag is pinned, override to move it.
 MINIO_IMAGE="${MINIO_IMAGE:-quay.io/minio/minio:RELEASE.2025-04-22T22-12-26Z}"
 OPERATOR_IMAGE="${OPERATOR_IMAGE:-raytrain/operator:e2e}"
