@@ -13,9 +13,10 @@ GIB = Decimal(2**30)
 #: Ray's memory monitor kills a process once its pod uses this share of the memory limit
 #: (`RAY_memory_usage_threshold`, default 0.95).
 RAY_THRESHOLD = Decimal("0.95")
-#: The smallest loop (`nn.Linear(10, 2)` on two workers) passed that threshold at a 2Gi head:
-#: the driver (0.43 GB), Ray Train's controller (0.38 GB), GCS, raylet, dashboard and agent.
-SMALLEST_LOOP_HEAD = RAY_THRESHOLD * 2 * GIB
+#: The head of the smallest loop (`nn.Linear(10, 2)` on two workers, three reports) at its peak:
+#: usage less inactive file of a Ray 2.60 head (`--num-cpus=0`, the driver submitted as a job)
+#: in a memory cgroup of its own, a worker node beside it. 2.16 GiB: over the threshold of 2Gi.
+SMALLEST_LOOP_HEAD = Decimal(2_319_691_776)
 #: What a driver that holds a little data (a small dataset, a bigger model) may add on top.
 HEADROOM = GIB
 

@@ -59,12 +59,12 @@ HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 CONTRACT_VOLUME = "raytrain-contract"
 HEAD_CONTAINER = "ray-head"
 WORKER_CONTAINER = "ray-worker"
-#: The head runs Ray's control processes and the driver, never training workers. Its memory
-#: holds, for the smallest loop (`nn.Linear(10, 2)` on two workers): the driver with torch
-#: imported (0.43 GB), Ray Train's controller (0.38 GB), GCS, the raylet, the dashboard and its
-#: agent; at 2Gi that passed Ray's memory monitor threshold (95 % of the limit, 2.04 GB) at the
-#: first report, and the real-pod tests ran at 3Gi (3.06 GB). 4Gi puts the threshold at 4.08 GB:
-#: about 1 GB above 3Gi's and 2 GB above what failed, for a driver that holds a little data.
+#: The head runs Ray's control processes and the driver, never training workers. For the
+#: smallest loop (`nn.Linear(10, 2)` on two workers) they peaked at 2.16 GiB (usage less inactive
+#: file, what Ray's memory monitor counts): the driver with torch, Ray Train's controller and its
+#: helper actors, GCS, the raylet, the dashboard, its modules and agent (Ray 2.60, a head of
+#: `--num-cpus=0` in a memory cgroup of its own). Ray kills at 95 % of the limit: 2Gi failed at
+#: the first report; 4Gi leaves 1.6 GiB for a driver that holds a little data.
 DEFAULT_HEAD_RESOURCES: dict[str, Any] = {
     "requests": {"cpu": "1", "memory": "4Gi"},
     "limits": {"memory": "4Gi"},
