@@ -118,7 +118,10 @@ def _submit(world: RealWorld, namespace: str, manifest: Path, project: Path, *ex
     proc = subprocess.run(
         [sys.executable, "-m", "raytrain.cli", "submit", str(manifest), "--code", str(project),
          "-n", namespace, "--s3-endpoint", world.minio.endpoint, "-o", "json", *extra],
-        env={k: v for k, v in world.cluster.env.items() if not k.startswith("AWS_")},
+        # The job's Secret in the file gives the credentials: no AWS variables, and no look-up
+        # of an instance's metadata service (there is none here).
+        env={**{k: v for k, v in world.cluster.env.items() if not k.startswith("AWS_")},
+             "AWS_EC2_METADATA_DISABLED": "true"},
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
