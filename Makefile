@@ -35,10 +35,13 @@ FRAMEWORKS_STAMP := $(STAMP_DIR)/frameworks-$(FRAMEWORKS_KEY)
 NETNS := bash e2e/netns/run.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install prereqs builds-debs builds-go builds-images builds-minio builds-kueue demo test test-faults test-frameworks test-pending unit lint crds crds-check cluster-up cluster-down bench
+.PHONY: help install prereqs builds-debs builds-go builds-images builds-demo-images builds-minio builds-kueue demo up down shell test test-faults test-frameworks test-pending unit lint crds crds-check cluster-up cluster-down bench
 
 help:
 	@echo "make demo          run the example TrainJob end to end (installs first; see README)"
+	@echo "make up            the demo's cluster, left running: the real node, MinIO, the operator"
+	@echo "                  (prints how to reach it); make shell opens a shell in it"
+	@echo "make down          stop what make up started and restore the host"
 	@echo "make test          install, build the test prerequisites, lint, the test suite CI runs"
 	@echo "make test-faults   the real-pod fault tests make test leaves out (long: its evictions and drain alone take about 20 min)"
 	@echo "make test-frameworks  the Transformers and Lightning examples on real pods"
@@ -93,9 +96,30 @@ builds-minio: builds-debs
 builds-kueue: builds-debs
 	bash e2e/kueue/build.sh >/dev/null
 
-# On real pods it needs the real node and the images too: prereqs builds them (cached).
-demo: install prereqs
-	bash scripts/demo.sh
+# The demo and `make up` build only what they use (cached): the control plane and the real node
+# (helm with it), MinIO, and the operator and trainer-runtime images; not Kueue, nor the
+# frameworks image.
+DEMO_BUILDS := builds-go builds-demo-images builds-minio
+
+builds-demo-images: builds-debs
+	bash e2e/images/build.sh --only operator,trainer-runtime
+
+# On real pods (scripts/demo.sh): up, digits to Succeeded, down, whatever fails.
+demo: install $(DEMO_BUILDS)
+	PYTHON='$(PYTHON)' bash scripts/demo.sh
+
+# The demo's world, left running (scripts/demo_realnode.py up): the control plane, the real
+# node, the two images imported, MinIO as minio.raytrain-system:9000, the chart's operator. It
+# lives in a network namespace: `make shell` (scripts/shell.sh) opens a shell there, KUBECONFIG
+# set. `make down` stops it all and restores the host.
+up: install $(DEMO_BUILDS)
+	$(NETNS) $(PYTHON) scripts/demo_realnode.py up
+
+down:
+	$(PYTHON) scripts/demo_realnode.py down
+
+shell:
+	PYTHON='$(PYTHON)' bash scripts/shell.sh
 
 # import-linter runs through the interpreter: it has no `python -m` entry, and its console
 # script is not on PATH when the virtualenv is not activated (make PYTHON=.venv/bin/python).

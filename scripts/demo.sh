@@ -2,10 +2,13 @@
 # `make demo`: the whole flow on one machine.
 #
 # On real pods (the default where it can run: root, iproute2, Go; `make demo` builds what it
-# needs first with `make prereqs`): scripts/demo_realnode.py, inside a network namespace of its
-# own, starts the local control plane with one real node, imports our two images, installs the
-# chart (the operator runs as a pod), applies examples/digits.yaml and follows it to Succeeded
-# on a real Ray head and two real workers, then stops everything again.
+# needs first: the control plane, the real node, MinIO and the operator and trainer-runtime
+# images): scripts/demo_realnode.py, inside a network namespace of its own, starts the local
+# control plane with one real node, imports our two images, installs the chart (the operator runs
+# as a pod), applies examples/digits.yaml and follows it to Succeeded on a real Ray head and two
+# real workers, then stops everything again, also when a step fails or it is interrupted. `make
+# up` starts the same world and leaves it running (`make shell` opens a shell in it, `make down`
+# stops it).
 #
 # DEMO_MODE=harness (or where a real node cannot run: not root, no `ip`) runs the older flow,
 # where the pods are KWOK's and never execute:

@@ -11,6 +11,10 @@
 #   cluster.sh import-image F    import an image archive (docker-archive or OCI) into the real node
 #   cluster.sh socket            print the real node's containerd socket path
 #   cluster.sh node-down         stop only the real node (up --real-node starts it again)
+#   cluster.sh enter [CMD...]    run CMD (default: an interactive shell) inside the running
+#                                cluster's network and mount namespaces, KUBECONFIG set and our
+#                                kubectl first on PATH: how a shell of the host reaches a cluster
+#                                that lives in a namespace of e2e/netns/run.sh
 #   cluster.sh restart-apiserver [SECONDS]
 #                                stop the API server, keep it down SECONDS (default 0), start it
 #                                again with the same command line; the rest keeps running
@@ -22,7 +26,8 @@
 # Environment: RAYTRAIN_CLUSTER (name, default raytrain), RAYTRAIN_NODES (fake GPU nodes,
 # default 4), RAYTRAIN_CACHE (binaries, default ~/.cache/raytrain), RAYTRAIN_STATE (cluster
 # state, default $RAYTRAIN_CACHE/state), RAYTRAIN_UP_TIMEOUT (seconds per wait, default 180),
-# RAYTRAIN_REAL_NODE (1: as --real-node).
+# RAYTRAIN_REAL_NODE (1: as --real-node), RAYTRAIN_RUN_DIR (the real node's sockets, default
+# /run/raytrain: e2e/realnode/node.sh).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -204,6 +209,8 @@ real_node_started() { [ -d "$STATE/realnode" ]; }
 # Checked before anything starts: the real node's addresses must never exist in the host's
 # namespace, and nothing can be downloaded inside one.
 require_netns_for_real_node() {
+  # First, before anything starts: the node's Unix sockets must have paths short enough to bind.
+  realnode check-sockets >/dev/null || die "the real node cannot start with these paths (above)"
   if [ -z "${RAYTRAIN_NETNS:-}" ] || [ "$(readlink /proc/self/ns/net)" = "$(readlink /proc/1/ns/net)" ]; then
     die "--real-node (RAYTRAIN_REAL_NODE=1) runs only inside a network namespace of its own, so" \
       "that node, pod and Service addresses never exist in the host's namespace; run:" \
@@ -563,6 +570,37 @@ cmd_restart_apiserver() {
   operator_pid >/dev/null || die "the KubeRay operator exited while the API server was down"
 }
 
+# The pid of a process of this cluster that runs in the cluster's namespaces: the API server,
+# etcd, the real node's kubelet or containerd, KubeRay. Only ours: its command line names this
+# cluster's kwok directory or state dir (not a recycled number).
+cluster_pid() {
+  local dir="$KWOK_WORKDIR/clusters/$CLUSTER" f pid
+  for f in "$dir/pids/kube-apiserver.pid" "$dir/pids/etcd.pid" "$STATE/realnode/kubelet.pid" \
+    "$STATE/realnode/containerd.pid" "$OPERATOR_PID"; do
+    [ -f "$f" ] || continue
+    pid="$(cat "$f")"
+    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || continue
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -F -e "$dir/" -e "$STATE/" >/dev/null || continue
+    echo "$pid"
+    return 0
+  done
+  return 1
+}
+
+cmd_enter() {
+  local pid
+  cluster_exists && [ -f "$KUBECONFIG_PATH" ] || die "cluster '$CLUSTER' is not running (run: $0 up)"
+  pid="$(cluster_pid)" || die "no process of cluster '$CLUSTER' runs; stop what is left of it: $0 down"
+  [ $# -gt 0 ] || set -- "${SHELL:-bash}" -i
+  local -a env=(KUBECONFIG="$KUBECONFIG_PATH" RAYTRAIN_CLUSTER="$CLUSTER" PATH="$PATH")
+  if [ "$(readlink "/proc/$pid/ns/net")" = "$(readlink /proc/self/ns/net)" ]; then
+    exec env "${env[@]}" RAYTRAIN_NETNS="${RAYTRAIN_NETNS:-entered}" "$@"
+  fi
+  # The mount namespace too: the real node's mounts (its kubelet's root dir) are made there.
+  exec nsenter --target "$pid" --net --mount --wd="$PWD" -- \
+    env "${env[@]}" RAYTRAIN_NETNS=entered "$@"
+}
+
 cmd_kubeconfig() {
   cluster_exists && [ -f "$KUBECONFIG_PATH" ] || die "cluster '$CLUSTER' is not running (run: $0 up)"
   echo "$KUBECONFIG_PATH"
@@ -591,10 +629,11 @@ case "${1:-}" in
   kubeconfig) cmd_kubeconfig ;;
   import-image) cmd_import_image "${@:2}" ;;
   socket) cmd_socket ;;
+  enter) cmd_enter "${@:2}" ;;
   node-down) with_lock cmd_node_down ;;
   restart-apiserver) with_lock cmd_restart_apiserver "${@:2}" ;;
   *)
-    sed -n '2,25p' "$0" >&2
+    sed -n '2,31p' "$0" >&2
     exit 2
     ;;
 esac

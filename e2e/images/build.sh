@@ -3,7 +3,7 @@
 # without a Docker daemon (buildah), check each one by running it, and save them as
 # docker-archive tarballs that containerd imports (e2e/images/import.sh).
 #
-#   e2e/images/build.sh [--check]
+#   e2e/images/build.sh [--check] [--only TARGET[,TARGET...]]
 #
 # Run it outside any network namespace: it needs the Debian mirror (base image, first run) and
 # PyPI (wheelhouse, when constraints.txt changes). Steps, each cached under
@@ -16,7 +16,11 @@
 #   3. images/<target>-<key>.tar, where <key> hashes every build input (the files .dockerignore
 #      lets in, the Dockerfile, the base image, these scripts). A warm run only hashes.
 # --check reports whether the archives are current (exit 1 if a build is due) and builds
-# nothing. The last two lines of output are machine-readable:
+# nothing. --only limits the build (or the check) to the given targets of operator,
+# trainer-runtime and trainer-runtime-frameworks (default: all three); `make demo` and `make up`
+# build only the first two, without the framework packages. The archives' names do not depend
+# on it. The last three lines of output are machine-readable (an archive of a target left out
+# may be absent):
 #   OPERATOR_ARCHIVE=<path> OPERATOR_IMAGE=<ref>
 #   RUNTIME_ARCHIVE=<path> RUNTIME_IMAGE=<ref>
 #   FRAMEWORKS_ARCHIVE=<path> FRAMEWORKS_IMAGE=<ref>
@@ -30,13 +34,33 @@ WHEELS="$CACHE/wheels"
 PYTHON="${PYTHON:-python3}"
 
 CHECK_ONLY=0
-for arg in "$@"; do
-  case "$arg" in
+ALL_TARGETS=(operator trainer-runtime trainer-runtime-frameworks)
+TARGETS=("${ALL_TARGETS[@]}")
+while [ $# -gt 0 ]; do
+  case "$1" in
     --check) CHECK_ONLY=1 ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
-    *) echo "build.sh: unknown argument '$arg' (accepted: --check)" >&2; exit 2 ;;
+    --only | --only=*)
+      if [ "$1" = --only ]; then
+        [ $# -ge 2 ] || { echo "build.sh: --only needs a list of targets" >&2; exit 2; }
+        list="$2"
+        shift
+      else
+        list="${1#--only=}"
+      fi
+      IFS=, read -r -a TARGETS <<<"$list"
+      for t in "${TARGETS[@]}"; do
+        case " ${ALL_TARGETS[*]} " in
+          *" $t "*) ;;
+          *) echo "build.sh: --only: unknown target '$t' (known: ${ALL_TARGETS[*]})" >&2; exit 2 ;;
+        esac
+      done
+      ;;
+    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+    *) echo "build.sh: unknown argument '$1' (accepted: --check, --only TARGETS)" >&2; exit 2 ;;
   esac
+  shift
 done
+wanted() { case " ${TARGETS[*]} " in *" $1 "*) return 0 ;; esac; return 1; }
 
 log() { printf '[images %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
@@ -88,9 +112,13 @@ print_result() {
   echo "FRAMEWORKS_ARCHIVE=$frameworks_tar FRAMEWORKS_IMAGE=$FRAMEWORKS_IMAGE"
 }
 
-current() { [ -f "$operator_tar" ] && [ -f "$runtime_tar" ] && [ -f "$frameworks_tar" ]; }
+current() {
+  { ! wanted operator || [ -f "$operator_tar" ]; } &&
+    { ! wanted trainer-runtime || [ -f "$runtime_tar" ]; } &&
+    { ! wanted trainer-runtime-frameworks || [ -f "$frameworks_tar" ]; }
+}
 if ! current && [ "$CHECK_ONLY" = 1 ]; then
-  log "a build is due: no archives for input key $key"
+  log "a build is due: no archives of ${TARGETS[*]} for input key $key"
   exit 1
 fi
 if ! current; then
@@ -101,7 +129,7 @@ if ! current; then
   flock 9
 fi
 if current; then
-  log "archives for input key $key are current"
+  log "archives of ${TARGETS[*]} for input key $key are current"
   print_result
   exit 0
 fi
@@ -155,7 +183,7 @@ fi
 # lacks. The build's pip then finds all of them in /wheels.
 frameworks_stamp="$WHEELS/.frameworks-$(cat "$ROOT/examples/requirements-frameworks.txt" \
   "$ROOT/constraints.txt" | sha256sum | cut -c1-16)"
-if [ ! -f "$frameworks_stamp" ]; then
+if wanted trainer-runtime-frameworks && [ ! -f "$frameworks_stamp" ]; then
   log "wheelhouse: resolving examples/requirements-frameworks.txt against constraints.txt"
   report="$(mktemp)"
   env -u PIP_FIND_LINKS -u PIP_CONSTRAINT "$PYTHON" -m pip install --quiet --dry-run \
@@ -221,12 +249,20 @@ build_target() { # target image archive
   mv "$archive.tmp" "$archive"
 }
 
-build_target operator "$OPERATOR_IMAGE" "$operator_tar"
-build_target trainer-runtime "$RUNTIME_IMAGE" "$runtime_tar"
+# An archive already current is not built again (a build of fewer targets came first).
+if wanted operator && [ ! -f "$operator_tar" ]; then
+  build_target operator "$OPERATOR_IMAGE" "$operator_tar"
+fi
+if wanted trainer-runtime && [ ! -f "$runtime_tar" ]; then
+  build_target trainer-runtime "$RUNTIME_IMAGE" "$runtime_tar"
+fi
 # On top of the runtime image's layers (buildah's --layers cache): only the framework
 # packages' layer is new.
-build_target trainer-runtime-frameworks "$FRAMEWORKS_IMAGE" "$frameworks_tar"
+if wanted trainer-runtime-frameworks && [ ! -f "$frameworks_tar" ]; then
+  build_target trainer-runtime-frameworks "$FRAMEWORKS_IMAGE" "$frameworks_tar"
+fi
 
-log "done: $(du -h "$operator_tar" | cut -f1) operator, $(du -h "$runtime_tar" | cut -f1)" \
-  "runtime, $(du -h "$frameworks_tar" | cut -f1) runtime with frameworks"
+log "done: $(for f in "$operator_tar" "$runtime_tar" "$frameworks_tar"; do
+  [ -f "$f" ] && printf '%s %s, ' "$(du -h "$f" | cut -f1)" "$(basename "${f%-"$key".tar}")"
+done)"
 print_result

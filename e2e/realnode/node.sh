@@ -9,9 +9,12 @@
 #   node.sh import-image F  import a docker-archive or OCI archive into the node's containerd
 #   node.sh status          say what runs; exit 0 only if every process is alive
 #   node.sh socket          print containerd's socket path
+#   node.sh check-sockets   print the node's Unix socket paths; exit 1, saying why, when one is
+#                           too long to bind (up checks this before it starts anything)
 #
 # Environment (set by cluster.sh): REALNODE_STATE (the node's state dir), REALNODE_KUBECONFIG
-# (admin kubeconfig of the cluster), REALNODE_CA (the cluster CA certificate), REALNODE_KUBECTL.
+# (admin kubeconfig of the cluster), REALNODE_CA (the cluster CA certificate), REALNODE_KUBECTL;
+# RAYTRAIN_RUN_DIR (default /run/raytrain): where the node's sockets live (see RUN below).
 #
 # Everything runs inside a network namespace (RAYTRAIN_NETNS, set by e2e/netns/run.sh): the
 # node IP, pod and Service ranges must never exist in the host's own namespace.
@@ -41,7 +44,22 @@ FIXED_PATHS=(/var/lib/kubelet /var/lib/kubelet/device-plugins /var/lib/kubelet/p
   /run/containerd/runc /run/runc /run/nri /var/lib/cni /etc/cni /opt/cni /run/netns)
 
 RN="${REALNODE_STATE:?REALNODE_STATE is not set (node.sh is run by cluster.sh)}"
-SOCK="$RN/containerd/containerd.sock"
+# This node's key: a short hash of its state dir (one node per state dir).
+RN_KEY="$(echo "$RN" | sha256sum | cut -c1-12)"
+# A Unix socket's path holds at most 107 bytes (sun_path is 108, with the final NUL); a longer
+# one fails to bind with "invalid argument". The state dir is under $HOME and carries the
+# cluster's name (~/.cache/raytrain/state/<cluster>/realnode), so the sockets live apart, in a
+# short directory of this node's own: containerd's socket there, and the kubelet's root dir,
+# whose plugins_registry (the DRA driver's registration socket), plugins (the driver's socket)
+# and pod-resources (the kubelet's socket) are fixed names under it, is a bind mount of
+# $RN/kubelet at RUN/kubelet (its data stays on the state dir's disk). `down` unmounts and
+# removes RUN.
+RUN_ROOT="${RAYTRAIN_RUN_DIR:-/run/raytrain}"
+RUN_ROOT="${RUN_ROOT%/}" # the kubelet refuses a root dir not in canonical form
+RUN="$RUN_ROOT/$RN_KEY"
+KUBELET_ROOT="$RUN/kubelet"
+SOCK="$RUN/containerd.sock"
+MAX_SOCKET_PATH=107
 BIN_CONTAINERD="$(node_bindir containerd)"
 BIN_KUBELET="$(node_bindir kubelet)"
 BIN_DRA="$(node_bindir dra-driver)"
@@ -96,6 +114,29 @@ proc_pid() {
   echo "$pid"
 }
 proc_gone() { ! proc_pid "$1" >/dev/null; }
+
+# Every Unix socket the node's processes create in a directory of its own configuration (the
+# device plugins' /var/lib/kubelet/device-plugins/kubelet.sock and the shims' sockets under
+# /run/containerd/s are fixed, short paths).
+socket_paths() {
+  printf '%s\n' "$SOCK" "$SOCK.ttrpc" \
+    "$KUBELET_ROOT/plugins_registry/$DRA_DRIVER-reg.sock" \
+    "$KUBELET_ROOT/plugins/$DRA_DRIVER/dra.sock" \
+    "$KUBELET_ROOT/pod-resources/kubelet.sock"
+}
+
+# Fail before anything starts when a socket path would be too long to bind.
+check_socket_paths() {
+  local LC_ALL=C p # ${#p} in bytes
+  while IFS= read -r p; do
+    if [ "${#p}" -gt "$MAX_SOCKET_PATH" ]; then
+      die "the real node's socket $p would be ${#p} bytes long, over the $MAX_SOCKET_PATH a" \
+        "Unix socket path may have (bind fails with 'invalid argument'). The node's sockets" \
+        "live under RAYTRAIN_RUN_DIR ($RUN_ROOT, one short directory per node): set" \
+        "RAYTRAIN_RUN_DIR to a directory with a shorter path (the default is /run/raytrain)"
+    fi
+  done < <(socket_paths)
+}
 
 in_own_netns() {
   [ -n "${RAYTRAIN_NETNS:-}" ] && [ "$(readlink /proc/self/ns/net)" != "$(readlink /proc/1/ns/net)" ]
@@ -303,7 +344,7 @@ check_single_node() {
   done
 }
 
-active_file() { echo "$REALNODE_CACHE/active-$(echo "$RN" | sha256sum | cut -c1-12)"; }
+active_file() { echo "$REALNODE_CACHE/active-$RN_KEY"; }
 
 import_archive() {
   local archive="$1"
@@ -345,8 +386,40 @@ delete_dra_slices() {
 }
 kube_router_ready() { curl -fsS -m 2 "http://127.0.0.1:$KUBE_ROUTER_HEALTH_PORT/healthz"; }
 
+# The kubelet's root dir at RUN/kubelet: a bind mount of $RN/kubelet, made in the node's own
+# mount namespace (e2e/netns/run.sh's `ip netns exec` gives it one), like the kubelet's mounts.
+mount_kubelet_root() {
+  mkdir -p "$RN/kubelet" "$KUBELET_ROOT"
+  mountpoint -q "$KUBELET_ROOT" && return 0
+  [ "$(readlink /proc/self/ns/mnt)" != "$(readlink /proc/1/ns/mnt)" ] ||
+    die "not binding $KUBELET_ROOT in the host's own mount namespace; run the node inside" \
+      "e2e/netns/run.sh (its own network and mount namespaces)"
+  mount --bind "$RN/kubelet" "$KUBELET_ROOT"
+}
+
+# Mounts under the state dir and the run dir, deepest first.
+unmount_under() {
+  local m
+  for m in $(findmnt -rn -o TARGET | grep -F -e "$RN/" -e "$RUN/" | sort -r); do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+  done
+}
+
+# RUN goes once nothing is mounted under it (rm would reach through a bind mount of $RN/kubelet).
+remove_run_dir() {
+  [ -d "$RUN" ] || return 0
+  unmount_under
+  if findmnt -rn -o TARGET | grep -F "$RUN/" >/dev/null; then
+    log "WARNING: $RUN still holds a mount; left in place: $(findmnt -rn -o TARGET | grep -F "$RUN/" | tr '\n' ' ')"
+    return 0
+  fi
+  rm -rf "$RUN"
+  rmdir "$RUN_ROOT" 2>/dev/null || true # only when no other node's directory is in it
+}
+
 cmd_up() {
   local missing
+  check_socket_paths
   require_netns
   if ! missing="$(bash "$HERE/build.sh" --check containerd kubelet dra-driver coredns kube-router images 2>&1)"; then
     die "the real node's binaries are not built (and this namespace cannot download):" \
@@ -362,6 +435,8 @@ cmd_up() {
   record_host_state
   echo "$RN" >"$(active_file)"
   write_configs
+  mkdir -p "$RUN"
+  mount_kubelet_root
 
   if ! ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
     # An empty bridge: this kernel has no dummy netdev, and the kubelet refuses loopback.
@@ -383,7 +458,7 @@ cmd_up() {
   fi
 
   start_proc kubelet --config="$RN/kubelet.yaml" --kubeconfig="$REALNODE_KUBECONFIG" \
-    --root-dir="$RN/kubelet" --cert-dir="$RN/kubelet/pki" --hostname-override="$NODE_NAME" \
+    --root-dir="$KUBELET_ROOT" --cert-dir="$RN/kubelet/pki" --hostname-override="$NODE_NAME" \
     --node-ip="$NODE_IP" --node-labels="$NODE_LABEL=true" --v=2
   wait_until "$TIMEOUT" "node $NODE_NAME Ready" node_ready || {
     tail -n 30 "$RN/logs/kubelet.log" >&2
@@ -400,7 +475,7 @@ cmd_up() {
   # given the claim: the claim's opaque configuration as environment variables
   # (user_<key>=<value>, admin_<key>=<value> from the DeviceClass's).
   # The driver creates the plugins directory but not its own socket directory in it.
-  mkdir -p "$RN/kubelet/plugins/$DRA_DRIVER" "$RN/kubelet/plugins_registry"
+  mkdir -p "$KUBELET_ROOT/plugins/$DRA_DRIVER" "$KUBELET_ROOT/plugins_registry"
   # A ResourceSlice of the driver's previous run (before a `node-down`) is still there: it is
   # removed, so that the wait below sees only what this run publishes. Counting the old one
   # let `up` go on, and the check after the wait failed when the old slice was replaced a
@@ -410,7 +485,7 @@ cmd_up() {
   fi
   start_proc dra-test-driver --kubeconfig="$REALNODE_KUBECONFIG" --drivername="$DRA_DRIVER" \
     kubelet-plugin --node-name="$NODE_NAME" --num-devices="$DRA_DEVICES" \
-    --plugin-registration-path="$RN/kubelet/plugins_registry" --datadir="$RN/kubelet/plugins" \
+    --plugin-registration-path="$KUBELET_ROOT/plugins_registry" --datadir="$KUBELET_ROOT/plugins" \
     --cdi-dir="$RN/cdi"
   if ! wait_until "$TIMEOUT" "the DRA driver's ResourceSlice" dra_ready_or_gone || ! dra_ready; then
     tail -n 20 "$RN/logs/dra-test-driver.log" >&2
@@ -514,9 +589,12 @@ cleanup_host() {
     ip link delete "$POD_BRIDGE" 2>/dev/null || true
     ip link delete "$NODE_BRIDGE" 2>/dev/null || true
   fi
-  # Pod volumes, then the kubelet's bind mount of its own root dir; deepest first.
-  for m in $(findmnt -rn -o TARGET | grep -F "$RN/" | sort -r); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-  mountpoint -q "$RN/kubelet" 2>/dev/null && { umount "$RN/kubelet" || umount -l "$RN/kubelet" || true; }
+  # Pod volumes, then the kubelet's bind mounts of its own root dir; deepest first.
+  unmount_under
+  local d
+  for d in "$KUBELET_ROOT" "$RN/kubelet"; do
+    mountpoint -q "$d" 2>/dev/null && { umount "$d" || umount -l "$d" || true; }
+  done
   # kubepods cgroups, deepest first, unless they were there before us.
   for p in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
     [ -d "$p" ] || continue
@@ -562,6 +640,7 @@ cmd_down() {
   for ((i = ${#PROCS[@]} - 1; i >= 0; i--)); do stop_proc "${PROCS[$i]}"; done
   stop_shims
   cleanup_host
+  remove_run_dir
   rm -f "$(active_file)"
   log "real node stopped; host state restored"
 }
@@ -577,6 +656,7 @@ cmd_status() {
     fi
   done
   echo "containerd socket: $SOCK"
+  echo "sockets dir: $RUN (the kubelet's root dir: $KUBELET_ROOT, a bind mount of $RN/kubelet)"
   return $rc
 }
 
@@ -589,8 +669,12 @@ case "${1:-}" in
     ;;
   status) cmd_status ;;
   socket) echo "$SOCK" ;;
+  check-sockets)
+    socket_paths
+    check_socket_paths
+    ;;
   *)
-    sed -n '2,16p' "$0" >&2
+    sed -n '2,19p' "$0" >&2
     exit 2
     ;;
 esac

@@ -115,7 +115,7 @@ def test_another_interpreter_gets_its_own_install(clone: Path) -> None:
 #: A stand-in for each build script of `make prereqs`: it logs its start and end, with its
 #: arguments, and takes a moment, so that the log shows what ran beside what.
 FAKE_BUILD = """#!/usr/bin/env bash
-name="$(basename "$(dirname "$0")")/$(basename "$0")${1:+ $1}"
+name="$(basename "$(dirname "$0")")/$(basename "$0")${*:+ $*}"
 echo "start $name" >> "$BUILD_LOG"
 sleep 0.4
 echo "end $name" >> "$BUILD_LOG"
@@ -160,3 +160,46 @@ def test_prereqs_build_two_at_a_time_the_images_beside_the_go_compiles(clone: Pa
     for event in events:
         running += 1 if event.startswith("start ") else -1
         assert running <= 2, events
+
+
+def test_demo_and_up_build_only_what_they_use(clone: Path) -> None:
+    """`make demo` and `make up` build the control plane, the real node, MinIO and the operator
+    and trainer-runtime images; not Kueue, nor the frameworks image (build.sh --only)."""
+    for script in [*BUILD_SCRIPTS, "scripts/demo.sh"]:
+        (clone / script).parent.mkdir(parents=True, exist_ok=True)
+        (clone / script).write_text(FAKE_BUILD)
+    (clone / "scripts" / "demo_realnode.py").write_text("")
+    log = clone / "build-log"
+    proc = subprocess.run(
+        ["make", "-s", "demo", f"PYTHON={clone / 'python'}"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "BUILD_LOG": str(log)},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    started = [
+        e.removeprefix("start ") for e in log.read_text().splitlines() if e.startswith("start")
+    ]
+    assert sorted(started) == sorted(
+        [
+            "realnode/build.sh debs",
+            "controlplane/build.sh",
+            "realnode/build.sh",
+            "images/build.sh --only operator,trainer-runtime",
+            "minio/build.sh",
+            "scripts/demo.sh",
+        ]
+    ), started
+    assert started[-1] == "scripts/demo.sh", started
+    # make up has the same builds before it, then the demo's world, left running.
+    dry = subprocess.run(
+        ["make", "-n", "up", f"PYTHON={clone / 'python'}"],
+        cwd=clone, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    assert "e2e/kueue/build.sh" not in dry.stdout, dry.stdout
+    assert "bash e2e/images/build.sh --only operator,trainer-runtime" in dry.stdout, dry.stdout
+    assert dry.stdout.strip().splitlines()[-1].endswith("scripts/demo_realnode.py up"), dry.stdout
