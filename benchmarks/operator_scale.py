@@ -16,7 +16,9 @@ Measures, in one run:
   controller-manager's few requests are included, so the figure is an upper bound;
 - the idle steady state once all N have their RayJob: over --idle-seconds (default 600), the
   operator's CPU seconds, its RSS at the end, its passes/s by what started them (its own
-  /metrics), and kube-apiserver's requests/s by resource (KubeRay's included while it runs).
+  /metrics), the watch events/s of the kinds it watches in its namespace (TrainJobs, RayJobs,
+  RayClusters; counted by this script's own watches, so that passes/s can be set against
+  them), and kube-apiserver's requests/s by resource (KubeRay's included while it runs).
 
 The KubeRay operator runs during the N-job part and the idle window (its Ray clusters come up
 on the KWOK nodes; there is room for one 8-GPU worker pod per node) unless --pause-kuberay.
@@ -372,16 +374,80 @@ def passes_by_handler(port: int) -> dict[str, float]:
     return passes
 
 
+class EventCounter:
+    """Counts the watch events (ADDED, MODIFIED, DELETED; not bookmarks) of some kinds in one
+    namespace from start() to stop(): what an operator watching them receives."""
+
+    KINDS = {
+        "trainjobs": (GROUP, VERSION),
+        "rayjobs": ("ray.io", "v1"),
+        "rayclusters": ("ray.io", "v1"),
+    }
+
+    def __init__(self, api_client: Any, namespace: str, plurals: tuple[str, ...]) -> None:
+        self.api_client, self.namespace, self.plurals = api_client, namespace, plurals
+        self.counts = dict.fromkeys(plurals, 0)
+        self.counting = False
+        self.watches: list[Any] = []
+
+    def start(self) -> None:
+        from kubernetes import client, watch
+
+        custom = client.CustomObjectsApi(self.api_client)
+        ready = threading.Semaphore(0)
+        for plural in self.plurals:
+            group, version = self.KINDS[plural]
+            # Start at the current resourceVersion: the listing's ADDED events are not news.
+            listed = custom.list_namespaced_custom_object(group, version, self.namespace, plural)
+            version_now = listed["metadata"]["resourceVersion"]
+            w = watch.Watch()
+            self.watches.append(w)
+
+            def run(
+                w: Any = w,
+                group: str = group,
+                version: str = version,
+                plural: str = plural,
+                rv: str = version_now,
+            ) -> None:
+                ready.release()
+                for event in w.stream(
+                    custom.list_namespaced_custom_object,
+                    group,
+                    version,
+                    self.namespace,
+                    plural,
+                    resource_version=rv,
+                    timeout_seconds=86400,
+                ):
+                    if self.counting and event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        self.counts[plural] += 1
+
+            threading.Thread(target=run, daemon=True).start()
+        for _ in self.plurals:
+            ready.acquire()
+        self.counting = True
+
+    def stop(self) -> dict[str, int]:
+        self.counting = False
+        for w in self.watches:
+            w.stop()
+        return dict(self.counts)
+
+
 def _idle(
     args: argparse.Namespace, api_client: Any, operator: subprocess.Popen[bytes], port: int
 ) -> dict[str, Any]:
     """The steady state: N TrainJobs with their RayJobs, nothing created or deleted."""
     window = args.idle_seconds
+    events = EventCounter(api_client, "bench", ("trainjobs", "rayjobs", "rayclusters"))
     cpu0, req0 = cpu_seconds(operator.pid), requests_by_resource(api_client)
     pass0 = passes_by_handler(port)
+    events.start()
     start = time.monotonic()
     time.sleep(window)
     elapsed = time.monotonic() - start
+    counted = events.stop()
     cpu1, req1 = cpu_seconds(operator.pid), requests_by_resource(api_client)
     pass1 = passes_by_handler(port)
     rates = {
@@ -397,6 +463,12 @@ def _idle(
         "idle_operator_sockets": process_counts(operator.pid)["sockets"],
         "idle_apiserver_requests_per_s": round(sum(rates.values()), 2),
         "idle_apiserver_requests_per_s_by_resource": {r: v for r, v in rates.items() if v},
+        "idle_watch_events_per_s": round(sum(counted.values()) / elapsed, 3),
+        "idle_watch_events_per_s_by_kind": {k: round(v / elapsed, 3) for k, v in counted.items()},
+        "idle_operator_passes_per_s": round(
+            sum(pass1.get(k, 0.0) - pass0.get(k, 0.0) for k in pass1 if ":" not in k) / elapsed,
+            3,
+        ),
         "idle_operator_events_per_s": {
             k: round((pass1.get(k, 0.0) - pass0.get(k, 0.0)) / elapsed, 3)
             for k in sorted(set(pass1) | set(pass0))
