@@ -12,9 +12,12 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
-import importlib
+import os
+import secrets
+import socket
 import sys
 import time
+from typing import Any, cast
 
 # The operator reaches the API server through raytrain_operator.k8s (the standard library's
 # HTTP client) and kopf's own client. kopf imports the `kubernetes` package only to recognise
@@ -27,11 +30,13 @@ sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
 
 import kopf  # noqa: E402
 
-from raytrain_operator import metrics  # noqa: E402
-from raytrain_operator.settings import CONFIG, PEERING_MODES  # noqa: E402
+from raytrain_operator import handlers, metrics  # noqa: E402
+from raytrain_operator.handlers.engine import Engine  # noqa: E402
+from raytrain_operator.settings import PEERING_MODES, OperatorConfig  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    defaults = OperatorConfig()
     parser = argparse.ArgumentParser(prog="python -m raytrain_operator", description=__doc__)
     parser.add_argument(
         "--namespace",
@@ -39,8 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         help="watch only this namespace (repeatable); default: the whole cluster",
     )
-    parser.add_argument("--metrics-port", type=int, default=CONFIG.metrics_port)
-    parser.add_argument("--health-port", type=int, default=CONFIG.health_port)
+    parser.add_argument("--metrics-port", type=int, default=defaults.metrics_port)
+    parser.add_argument("--health-port", type=int, default=defaults.health_port)
     parser.add_argument(
         "--bind-address",
         default="0.0.0.0",
@@ -54,28 +59,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--resync-seconds",
         type=float,
-        default=CONFIG.resync_seconds,
-        help="reconcile every TrainJob at least this often (default %(default)s)",
+        default=defaults.resync_seconds,
+        help="list every TrainJob, RayJob and RayCluster this often and reconcile those that "
+        "changed without an event reaching the operator (default %(default)s)",
     )
     parser.add_argument(
         "--checkpoint-grace-seconds",
         type=float,
-        default=CONFIG.checkpoint_grace_seconds,
+        default=defaults.checkpoint_grace_seconds,
         help="longest wait for a checkpoint before a suspend goes ahead (default %(default)s)",
     )
     parser.add_argument(
         "--peering-mode",
         choices=PEERING_MODES,
-        default=CONFIG.peering_mode,
+        default=defaults.peering_mode,
         help="auto: peer when the peering object exists, else run alone; required: refuse to "
         "run without it (the chart installs it); off: never peer (default %(default)s)",
     )
-    parser.add_argument("--peering-name", default=CONFIG.peering_name)
+    parser.add_argument("--peering-name", default=defaults.peering_name)
     parser.add_argument(
         "--peering-priority",
         type=int,
         default=None,
         help="the highest priority among live instances works (default: the start time in ms)",
+    )
+    parser.add_argument(
+        "--identity",
+        default=None,
+        help="this instance's name among peers and in the API server's audit log (user agent); "
+        "default: $POD_ID, else host, process id and a random suffix",
     )
     return parser.parse_args(argv)
 
@@ -95,29 +107,45 @@ def limit_malloc_arenas(arenas: int = 2) -> bool:
         return False
 
 
+def config_from(args: argparse.Namespace) -> OperatorConfig:
+    config = OperatorConfig()
+    config.namespaces = list(args.namespace)
+    config.metrics_port = args.metrics_port
+    config.health_port = args.health_port
+    config.verbose = args.verbose
+    config.resync_seconds = args.resync_seconds
+    config.checkpoint_grace_seconds = args.checkpoint_grace_seconds
+    config.peering_mode = args.peering_mode
+    config.peering_name = args.peering_name
+    config.peering_priority = (
+        args.peering_priority if args.peering_priority is not None else int(time.time() * 1000)
+    )
+    return config
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     limit_malloc_arenas()
-    CONFIG.namespaces = list(args.namespace)
-    CONFIG.metrics_port = args.metrics_port
-    CONFIG.health_port = args.health_port
-    CONFIG.verbose = args.verbose
-    CONFIG.resync_seconds = args.resync_seconds
-    CONFIG.checkpoint_grace_seconds = args.checkpoint_grace_seconds
-    CONFIG.peering_mode = args.peering_mode
-    CONFIG.peering_name = args.peering_name
-    CONFIG.peering_priority = (
-        args.peering_priority if args.peering_priority is not None else int(time.time() * 1000)
+    config = config_from(args)
+    # kopf's own default: POD_ID (the chart sets it to the pod's name).
+    identity = (
+        args.identity
+        or os.environ.get("POD_ID")
+        or f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(2)}"
     )
-    # Handlers read CONFIG when they are registered, so import them only now.
-    importlib.import_module("raytrain_operator.handlers")
+    engine = Engine(config, identity)
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry)
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     metrics.serve(args.metrics_port, args.bind_address)
     kopf.run(
-        standalone=CONFIG.peering_mode == "off",
-        clusterwide=not CONFIG.namespaces,
-        namespaces=CONFIG.namespaces,
+        registry=registry,
+        memo=kopf.Memo(engine=engine),
+        identity=cast(Any, identity),  # kopf's Identity is a NewType of str
+        standalone=config.peering_mode == "off",
+        clusterwide=not config.namespaces,
+        namespaces=config.namespaces,
         liveness_endpoint=f"http://{args.bind_address}:{args.health_port}/healthz",
     )
     return 0

@@ -176,6 +176,34 @@ def endpoint() -> Endpoint:
 _local = threading.local()
 
 
+class WritesPaused(Exception):
+    """A write refused in this process: another instance holds the peering, or the operator is
+    stopping (see `configure`)."""
+
+
+@dataclass
+class ClientOptions:
+    """Process-wide settings of this client, set once at start-up by the engine."""
+
+    #: Names this process in the API server's audit log (the engine adds its peering identity).
+    user_agent: str = "raytrain-operator"
+    #: Asked before every request that is not a read; False refuses it (WritesPaused).
+    may_write: Callable[[], bool] | None = None
+
+
+_options = ClientOptions()
+
+
+def configure(
+    user_agent: str | None = None, may_write: Callable[[], bool] | None = None
+) -> ClientOptions:
+    """Set the user agent and the write gate of this process's requests; the previous options."""
+    global _options
+    before = _options
+    _options = ClientOptions(user_agent or before.user_agent, may_write)
+    return before
+
+
 def _connection(ep: Endpoint) -> http.client.HTTPConnection:
     conn: http.client.HTTPConnection | None = getattr(_local, "conn", None)
     if conn is not None and getattr(_local, "server", None) == ep.server:
@@ -202,10 +230,13 @@ def request(
     content_type: str = "application/json",
 ) -> Any:
     """One API request; the decoded JSON answer, or ApiException for an error status."""
+    options = _options
+    if method != "GET" and options.may_write is not None and not options.may_write():
+        raise WritesPaused(f"{method} {path}: this instance does not write now")
     ep = endpoint()
     params = {k: v for k, v in (query or {}).items() if v is not None}
     target = path + (f"?{urlencode(params)}" if params else "")
-    headers = {"Accept": "application/json", "User-Agent": "raytrain-operator"}
+    headers = {"Accept": "application/json", "User-Agent": options.user_agent}
     auth = ep.authorization()
     if auth:
         headers["Authorization"] = auth
@@ -231,6 +262,39 @@ def request(
     if response.status >= 400:
         raise ApiException(response.status, response.reason, raw.decode(errors="replace"))
     return json.loads(raw) if raw else {}
+
+
+def watch(path: str, query: dict[str, Any], timeout: float) -> Any:
+    """A watch request (`?watch=1`): yields each event (`type`, `object`) as it arrives, until
+    the server ends the stream (`timeoutSeconds` in `query`) or `timeout` seconds of silence.
+    Its own connection: a watch holds it for as long as it runs."""
+    ep = endpoint()
+    url = urlsplit(ep.server)
+    conn: http.client.HTTPConnection
+    if url.scheme == "https":
+        conn = http.client.HTTPSConnection(
+            url.hostname or "", url.port or 443, timeout=timeout, context=ep.context
+        )
+    else:
+        conn = http.client.HTTPConnection(url.hostname or "", url.port or 80, timeout=timeout)
+    headers = {"Accept": "application/json", "User-Agent": _options.user_agent}
+    auth = ep.authorization()
+    if auth:
+        headers["Authorization"] = auth
+    params = {**{k: v for k, v in query.items() if v is not None}, "watch": "1"}
+    try:
+        conn.request("GET", f"{path}?{urlencode(params)}", headers=headers)
+        response = conn.getresponse()
+        if response.status >= 400:
+            raise ApiException(response.status, response.reason, response.read().decode())
+        while True:
+            line = response.readline()
+            if not line:
+                return
+            if line.strip():
+                yield json.loads(line)
+    finally:
+        conn.close()
 
 
 def call(verb: str, resource: str, fn: Callable[[], T], *, ok: tuple[int, ...] = ()) -> T | None:
@@ -346,6 +410,24 @@ def list_rayjobs(namespace: str, label_selector: str) -> list[dict[str, Any]]:
     return [dict(item) for item in (result or {}).get("items") or []]
 
 
+def list_all(
+    group: str, version: str, plural: str, namespace: str | None, label_selector: str = ""
+) -> list[dict[str, Any]]:
+    """Every object of a kind in a namespace (None: in every namespace), 500 per request."""
+    base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+    path = f"{base}/{plural}" if namespace is None else _path(group, version, namespace, plural)
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        query: dict[str, Any] = {"labelSelector": label_selector or None, "limit": 500}
+        query["continue"] = token
+        page = call("list", plural, functools.partial(request, "GET", path, query=query)) or {}
+        items.extend(dict(item) for item in page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
 def list_rayjob_names(namespace: str, label_selector: str) -> list[str]:
     return [str(item["metadata"]["name"]) for item in list_rayjobs(namespace, label_selector)]
 
@@ -411,6 +493,42 @@ def remove_trainjob_finalizer(
         ok=(404, 409, 422),
     )
     return result is not None
+
+
+# ---------------------------------------------------------------------------------- Events
+
+
+def post_event(
+    involved: dict[str, Any], type_: str, reason: str, message: str, component: str, instance: str
+) -> None:
+    """A core/v1 Event on `involved` (an object reference), shaped as kopf posts its own: the
+    same `reportingComponent`, name prefix and timestamps. A refused Event is logged, not
+    raised: Events are auxiliary."""
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc).isoformat()
+    namespace = involved.get("namespace") or "default"
+    if len(message) > 1024:
+        message = message[:510] + " ... " + message[-509:]
+    body = {
+        "metadata": {"namespace": namespace, "generateName": "kopf-event-"},
+        "action": "Action?",
+        "type": type_,
+        "reason": reason,
+        "message": message,
+        "reportingComponent": component,
+        "reportingInstance": instance,
+        "source": {"component": component},
+        "involvedObject": involved,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "eventTime": now,
+    }
+    path = _path("", "v1", namespace, "events")
+    try:
+        call("create", "events", lambda: request("POST", path, body))
+    except ApiException as exc:
+        log.warning(f"Posting an Event failed ({exc}): {type_} {reason}: {message}")
 
 
 # ------------------------------------------------------------------------------ preflight reads

@@ -15,7 +15,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -50,10 +50,22 @@ FENCED_PASSES = Counter(
 )
 WAKEUPS = Counter(
     "raytrain_wakeups_total",
-    "TrainJob passes queued without waiting for the resync, by cause: a RayJob event "
-    "(rayjob), a new runtime report (report), a time a plan named (due), a pass that found its "
-    "picture out of date (fenced).",
+    "TrainJob passes queued, by cause: a RayJob event (rayjob), a RayCluster event (raycluster), "
+    "a new runtime report (report), a time a plan named (due), a pass that found its picture "
+    "out of date (fenced), a stalled job re-checked (stalled), a difference the resync of the "
+    "whole set found (resync).",
     ["cause"],
+)
+RESYNCS = Counter(
+    "raytrain_resyncs_total",
+    "Resyncs of the whole set: TrainJobs, RayJobs and RayClusters listed and compared with "
+    "what the passes read; a difference queues that TrainJob (raytrain_wakeups_total{cause="
+    '"resync"}).',
+)
+PAUSED = Gauge(
+    "raytrain_paused",
+    "1 while another instance holds the peering and this one starts no pass and writes "
+    "nothing, else 0.",
 )
 WAKE_CONFLICTS = Counter(
     "raytrain_wake_conflicts_total",

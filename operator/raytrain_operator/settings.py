@@ -91,11 +91,11 @@ class OperatorConfig:
     metrics_port: int = 8080
     health_port: int = 8081
     verbose: bool = False
-    #: Every TrainJob the operator has work on is reconciled at least this often. A safety
-    #: net only: RayJob changes and the times a plan names (deadlines, grace periods, the TTL)
-    #: wake a pass at once (handlers/wake.py).
+    #: How often the whole set is listed and compared with what the passes read (the safety
+    #: net for a missed event; handlers/engine.py). No job gets a pass of its own for it:
+    #: events and the times a plan names (deadlines, grace periods, the TTL) bring passes.
     resync_seconds: float = field(
-        default_factory=lambda: _env_float("RAYTRAIN_RESYNC_SECONDS", 60.0)
+        default_factory=lambda: _env_float("RAYTRAIN_RESYNC_SECONDS", 300.0)
     )
     #: How long to wait before re-checking storage or credentials that were missing.
     preflight_retry_seconds: float = field(
@@ -124,6 +124,7 @@ class OperatorConfig:
     network_policy_ingress: list[dict[str, Any]] = field(
         default_factory=lambda: _env_ingress("RAYTRAIN_NETWORK_POLICY_INGRESS")
     )
+    #: Passes that run at once (and the threads that carry their side-by-side requests).
     workers: int = 16
     #: kopf peering: auto (peer when the peering object exists), required (refuse to run
     #: without it), off (standalone).
@@ -132,9 +133,6 @@ class OperatorConfig:
     #: Among running instances the highest priority works, the others wait; two instances of
     #: the same priority would both pause. Default: the start time in ms (the newest wins).
     peering_priority: int = 0
-
-
-CONFIG = OperatorConfig()
 
 
 class _DiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -210,6 +208,7 @@ def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     # Events are the transitions reconcile posts on purpose; handler log lines ("Handler
     # 'resume' succeeded" for every TrainJob at each start) would otherwise become Events too.
     settings.posting.loggers = False
+    # kopf's own handlers only queue work (or remove an old finalizer): a few threads do.
     settings.execution.executor = concurrent.futures.ThreadPoolExecutor(
-        max_workers=config.workers, thread_name_prefix="raytrain"
+        max_workers=4, thread_name_prefix="raytrain-kopf"
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 import kopf
 import pytest
+from _passes import passed
 
 from raytrain_operator import k8s
 from raytrain_operator.handlers import reconcile as reconcile_module
@@ -33,9 +34,9 @@ def test_a_refused_connection_is_a_temporary_error_retried_in_seconds(
 ) -> None:
     server = f"http://127.0.0.1:{_closed_port()}"
     monkeypatch.setattr(k8s, "endpoint", lambda: k8s.Endpoint(server=server))
-    monkeypatch.setattr(reconcile_module, "_locked_pass", lambda *a: k8s.get_trainjob("ns", "j"))
+    monkeypatch.setattr(reconcile_module, "_pass", lambda *a: k8s.get_trainjob("ns", "j"))
     with pytest.raises(kopf.TemporaryError) as caught:
-        reconcile_module.reconcile("resync", _body(), kopf.Patch(), logging.getLogger("t"))
+        passed(kopf.Patch(), "resync", _body(), logging.getLogger("t"))
     assert caught.value.delay == reconcile_module.API_RETRY_SECONDS <= 5
     assert "ConnectionRefusedError" in str(caught.value)
 
@@ -61,7 +62,7 @@ def test_only_errors_of_an_unavailable_api_server_are_retried_soon(
     def fail(*_: Any) -> None:
         raise exc
 
-    monkeypatch.setattr(reconcile_module, "_locked_pass", fail)
+    monkeypatch.setattr(reconcile_module, "_pass", fail)
     expected: type[BaseException] = kopf.TemporaryError if transient else type(exc)
     with pytest.raises(expected):
-        reconcile_module.reconcile("resync", _body(), kopf.Patch(), logging.getLogger("t"))
+        passed(kopf.Patch(), "resync", _body(), logging.getLogger("t"))

@@ -19,6 +19,7 @@ from _fake_api import recorder
 
 from raytrain_operator import k8s
 from raytrain_operator.handlers import apply
+from raytrain_operator.handlers.state import PassState
 from raytrain_operator.status.machine import EnsureChildren
 
 LOG = logging.getLogger("test")
@@ -74,7 +75,9 @@ def server(monkeypatch: pytest.MonkeyPatch) -> FakeServer:
 
 
 def ensure(attempt: int = 0, **spec: Any) -> None:
-    apply.ensure_children(trainjob(**spec), meta(), EnsureChildren(attempt, False), None, LOG)
+    apply.ensure_children(
+        PassState(), trainjob(**spec), meta(), EnsureChildren(attempt, False), None, LOG
+    )
 
 
 CHILDREN = [
@@ -198,9 +201,9 @@ def test_together_raises_the_first_error_in_order_once_all_are_done() -> None:
         return call
 
     with pytest.raises(ValueError, match="first"):
-        apply.together([slow_ok, fails("first"), fails("second")])
+        apply.together(PassState().pool(), [slow_ok, fails("first"), fails("second")])
     assert done == ["slow"]
-    assert apply.together([lambda: 1, lambda: 2, slow_ok]) == [1, 2, "slow"]
+    assert apply.together(PassState().pool(), [lambda: 1, lambda: 2, slow_ok]) == [1, 2, "slow"]
 
 
 def test_existing_children_we_own_are_applied_whole(server: FakeServer) -> None:

@@ -9,10 +9,12 @@ from typing import Any
 import kopf
 import pytest
 from _factories import UID, manifest, meta, trainjob
+from _passes import passed
 
 from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator import k8s
 from raytrain_operator.handlers import apply, reconcile
+from raytrain_operator.handlers.state import PassState
 from raytrain_operator.status import machine as m
 
 NOW = datetime(2026, 11, 22, 8, 0, 0, tzinfo=timezone.utc)
@@ -111,7 +113,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Server:
 
 
 def run_actions(actions: list[m.Action]) -> None:
-    apply.run(actions, trainjob(), meta(), kopf.Patch(), None, LOG)
+    apply.run(PassState(), actions, trainjob(), meta(), kopf.Patch(), None, LOG)
 
 
 def test_a_stale_snapshot_creates_nothing(server: Server) -> None:
@@ -173,7 +175,7 @@ def test_a_pass_with_a_stale_body_follows_the_rayjobs_in_the_index(
     body = {**manifest(), "status": {"attempt": 0, "restarts": 0}}
     index = {("team-a", "digits"): [rayjob(0, deleting=True), rayjob(1, deployment="Initializing")]}
     patch = kopf.Patch()
-    p = reconcile.reconcile("resync", kopf.Body(body), patch, LOG, index, {})
+    p = passed(patch, "resync", kopf.Body(body), LOG, index, {})
     assert p.status["attempt"] == 1 and p.actions == []
     assert patch["status"]["attempt"] == 1
 
@@ -181,16 +183,16 @@ def test_a_pass_with_a_stale_body_follows_the_rayjobs_in_the_index(
 def test_a_fenced_pass_writes_no_status(monkeypatch: pytest.MonkeyPatch) -> None:
     from raytrain_operator import metrics
 
-    def fenced(meta: Any, attempt: int) -> None:
+    def fenced(pool: Any, meta: Any, attempt: int) -> None:
         raise apply.Fenced("the TrainJob is at attempt 1 on the API server")
 
     monkeypatch.setattr(apply, "fence", fenced)
-    monkeypatch.setattr(reconcile.preflight, "check", lambda tj, meta: None)
+    monkeypatch.setattr(reconcile.preflight, "check", lambda *a, **kw: None)
     monkeypatch.setattr(k8s, "get_rayjob", lambda ns, name: None)
     before = metrics.FENCED_PASSES._value.get()
     body = {**manifest(), "status": {"attempt": 0}}
     patch = kopf.Patch()
-    reconcile.reconcile("resync", kopf.Body(body), patch, LOG, {}, {})
+    passed(patch, "resync", kopf.Body(body), LOG, {}, {})
     assert "status" not in patch
     assert metrics.FENCED_PASSES._value.get() == before + 1
 
@@ -201,12 +203,12 @@ def test_a_first_pass_reads_no_rayjob_and_a_later_one_does(monkeypatch: pytest.M
     index has not seen is read from the API server."""
     reads: list[str] = []
     monkeypatch.setattr(k8s, "get_rayjob", lambda ns, name: reads.append(name))
-    monkeypatch.setattr(reconcile.preflight, "check", lambda tj, meta: None)
-    monkeypatch.setattr(apply, "run", lambda *args: None)
+    monkeypatch.setattr(reconcile.preflight, "check", lambda *a, **kw: None)
+    monkeypatch.setattr(apply, "run", lambda *args: [])
     monkeypatch.setattr(kopf, "info", lambda *a, **kw: None)
-    new = reconcile.reconcile("create", kopf.Body(manifest()), kopf.Patch(), LOG, {}, {})
+    new = passed(kopf.Patch(), "create", kopf.Body(manifest()), LOG, {}, {})
     assert reads == []
     assert any(isinstance(a, m.EnsureChildren) for a in new.actions)
     body = {**manifest(), "status": {"attempt": 0, "rayJobName": "digits-0"}}
-    reconcile.reconcile("resync", kopf.Body(body), kopf.Patch(), LOG, {}, {})
+    passed(kopf.Patch(), "resync", kopf.Body(body), LOG, {}, {})
     assert reads == ["digits-0"]

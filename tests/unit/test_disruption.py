@@ -18,6 +18,7 @@ from raytrain_operator import k8s
 from raytrain_operator.builders.disruption import build_pod_disruption_budget
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.handlers import apply
+from raytrain_operator.handlers.state import PassState
 from raytrain_operator.status.machine import EnsureChildren
 from raytrain_operator.status.triage import FailureClass
 from trainer_runtime import drain
@@ -387,11 +388,11 @@ def test_turning_the_budget_off_deletes_it_at_the_next_attempt(
     )  # fmt: skip
     monkeypatch.setattr(k8s, "delete", lambda kind, ns, name: deleted.append((kind, name)))
     log = logging.getLogger("test")
-    apply.ensure_children(trainjob(), meta(), EnsureChildren(0, False), None, log)
+    apply.ensure_children(PassState(), trainjob(), meta(), EnsureChildren(0, False), None, log)
     assert ("PodDisruptionBudget", "digits-ray") in created and deleted == []
     created.clear()
     off = trainjob(disruption={"podDisruptionBudget": False})
-    apply.ensure_children(off, meta(), EnsureChildren(1, False), None, log)
+    apply.ensure_children(PassState(), off, meta(), EnsureChildren(1, False), None, log)
     assert ("PodDisruptionBudget", "digits-ray") not in created
     assert deleted == [("PodDisruptionBudget", "digits-ray")]
     deleted.clear()

@@ -15,6 +15,7 @@ from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_contract.timefmt import rfc3339
 from raytrain_operator import k8s
 from raytrain_operator.handlers import apply, rayjobs, reconcile
+from raytrain_operator.handlers.state import PassState
 from raytrain_operator.k8s import ApiException
 from raytrain_operator.status import machine as m
 from raytrain_operator.status.conditions import find
@@ -69,7 +70,9 @@ def test_a_builder_failing_at_create_time_stalls(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(apply, "build_contract_configmap", broken)
     with pytest.raises(apply.Rejected) as caught:
-        apply.run([m.EnsureChildren(0, False)], trainjob(), meta(), kopf.Patch(), None, LOG)
+        apply.run(
+            PassState(), [m.EnsureChildren(0, False)], trainjob(), meta(), kopf.Patch(), None, LOG
+        )
     assert caught.value.reason == "InvalidSpec" and "decimal overflow" in caught.value.message
 
 
@@ -98,7 +101,9 @@ def test_a_refused_child_carries_the_api_servers_message(
 
     monkeypatch.setattr(k8s, "create", create)
     with pytest.raises(apply.Rejected) as caught:
-        apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
+        apply.ensure_children(
+            PassState(), trainjob(), meta(), m.EnsureChildren(0, False), None, LOG
+        )
     assert caught.value.reason == reason
     assert words in caught.value.message and f"({status})" in caught.value.message
     p = plan(rejected=(caught.value.reason, caught.value.message))
@@ -124,7 +129,9 @@ def test_a_webhooks_denial_is_not_called_a_missing_permission(
 
     monkeypatch.setattr(k8s, "create", create)
     with pytest.raises(apply.Rejected) as caught:
-        apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
+        apply.ensure_children(
+            PassState(), trainjob(), meta(), m.EnsureChildren(0, False), None, LOG
+        )
     assert caught.value.reason == "ChildRejected"
     assert (
         words in caught.value.message and "admission webhook of the cluster" in caught.value.message
@@ -155,7 +162,7 @@ def test_kueue_refusing_slices_names_the_field_and_its_feature_gate(
         queueName="team-a",
     )
     with pytest.raises(apply.Rejected) as caught:
-        apply.ensure_children(tj, meta(), m.EnsureChildren(0, False), None, LOG)
+        apply.ensure_children(PassState(), tj, meta(), m.EnsureChildren(0, False), None, LOG)
     message = caught.value.message
     assert words in message and caught.value.reason == "ChildRejected"
     assert "permission" not in message
@@ -172,7 +179,9 @@ def test_no_rayjob_api_says_kuberay_is_missing(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(k8s, "create", create)
     with pytest.raises(apply.Rejected) as caught:
-        apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
+        apply.ensure_children(
+            PassState(), trainjob(), meta(), m.EnsureChildren(0, False), None, LOG
+        )
     assert caught.value.reason == "KubeRayMissing" and "install" in caught.value.message
 
 
@@ -183,7 +192,9 @@ def test_a_passing_error_is_not_turned_into_a_condition(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(k8s, "create", create)
     with pytest.raises(ApiException):
-        apply.ensure_children(trainjob(), meta(), m.EnsureChildren(0, False), None, LOG)
+        apply.ensure_children(
+            PassState(), trainjob(), meta(), m.EnsureChildren(0, False), None, LOG
+        )
 
 
 # --------------------------------------------------------------------------- KubeRay
@@ -220,7 +231,7 @@ def test_replica_failure_of_the_raycluster_reaches_reconciling() -> None:
     )
     index_entry = {key: [value] for key, value in entries.items()}  # as kopf's index holds it
     rj = rayjob(jobDeploymentStatus="Initializing", rayClusterName="digits-0-abc")
-    problem = reconcile.cluster_problem(rj, index_entry, meta(), 0, NOW)
+    problem = reconcile.cluster_problem(PassState(), rj, index_entry, meta(), 0, NOW)
     assert problem is not None and problem[0] == "ReplicaFailure"
     p = plan(rj, cluster_problem=problem)
     reconciling = cond(p, "Reconciling")
@@ -245,10 +256,9 @@ def test_a_host_network_worker_refused_for_its_ports_gets_advice_in_reconciling(
     words = "0/5 nodes are available: 1 node(s) didn't have free ports for the requested pod ports"
     pods = [{**_unschedulable_pod("digits-0-abc-worker-y", words), "spec": {"hostNetwork": True}}]
     monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: pods)
-    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
     started = rfc3339(NOW - timedelta(seconds=30))
     rj = rayjob(jobDeploymentStatus="Initializing", startTime=started)
-    problem = reconcile.cluster_problem(rj, {}, meta(), 0, NOW)
+    problem = reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW)
     assert problem is not None and problem[0] == "Unschedulable"
     assert words in problem[1] and "spec.scaling.workersPerPod" in problem[1], problem
 
@@ -271,19 +281,21 @@ def test_unschedulable_pods_reach_reconciling_with_the_schedulers_message(
         return pods
 
     monkeypatch.setattr(k8s, "list_pods", list_pods)
-    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
     started = rfc3339(NOW - timedelta(seconds=30))
     rj = rayjob(jobDeploymentStatus="Initializing", startTime=started)
-    problem = reconcile.cluster_problem(rj, {}, meta(), 0, NOW)
+    problem = reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW)
     assert problem == ("Unschedulable", f"pod digits-0-abc-worker-x cannot be scheduled: {words}")
     assert selectors == ["raytrain.dev/trainjob=digits,raytrain.dev/attempt=0"]
     p = plan(rj, cluster_problem=problem)
     assert words in cond(p, "Reconciling")["message"]
     # a cluster that has just started is not looked at yet; a Running one never
     fresh = rayjob(jobDeploymentStatus="Initializing", startTime=rfc3339(NOW))
-    assert reconcile.cluster_problem(fresh, {}, meta(), 0, NOW) is None
+    assert reconcile.cluster_problem(PassState(), fresh, {}, meta(), 0, NOW) is None
     assert (
-        reconcile.cluster_problem(rayjob(jobDeploymentStatus="Running"), {}, meta(), 0, NOW) is None
+        reconcile.cluster_problem(
+            PassState(), rayjob(jobDeploymentStatus="Running"), {}, meta(), 0, NOW
+        )
+        is None
     )
     assert len(selectors) == 1
 
@@ -295,8 +307,8 @@ def test_without_permission_to_list_pods_nothing_breaks(monkeypatch: pytest.Monk
         calls.append(selector)
 
     monkeypatch.setattr(k8s, "list_pods", forbidden)
-    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
     rj = rayjob(jobDeploymentStatus="Initializing", startTime=rfc3339(NOW - timedelta(minutes=5)))
-    assert reconcile.cluster_problem(rj, {}, meta(), 0, NOW) is None
-    assert reconcile.cluster_problem(rj, {}, meta(), 0, NOW) is None
+    state = PassState()
+    assert reconcile.cluster_problem(state, rj, {}, meta(), 0, NOW) is None
+    assert reconcile.cluster_problem(state, rj, {}, meta(), 0, NOW) is None
     assert len(calls) == 1  # a 403 is not asked again on every pass

@@ -11,13 +11,28 @@ import kopf
 import pytest
 from _fake_api import recorder
 
-from raytrain_operator import k8s, settings
+from raytrain_operator import handlers, k8s, settings
 from raytrain_operator.handlers import legacy, trainjobs
+from raytrain_operator.handlers.engine import Engine
 from raytrain_operator.status import machine
 
 __all__ = ["recorder"]  # the fixture
 
 LOG = logging.getLogger("test")
+
+
+def registered() -> kopf.OperatorRegistry:
+    """The handlers as __main__ registers them, on a registry of the test's own."""
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry)
+    return registry
+
+
+def test_importing_the_handlers_registers_nothing() -> None:
+    """Registration is explicit (__main__): importing the package has no side effect."""
+    default = kopf.get_default_registry()
+    assert not [h for h in default._changing.get_all_handlers() if h.fn is trainjobs.on_change]
+    assert [h.id for h in registered()._changing.get_all_handlers()]
 
 
 @pytest.fixture
@@ -143,24 +158,30 @@ def _changing(registry: Any) -> dict[str, Any]:
 
 
 def test_one_function_handles_create_resume_and_spec_updates() -> None:
-    handlers = _changing(kopf.get_default_registry())
+    handlers = _changing(registered())
     mine = {hid: h for hid, h in handlers.items() if h.fn is trainjobs.on_change}
     assert sorted(mine) == ["create", "resume", "update/spec"]
     assert mine["update/spec"].field == ("spec",)
     assert [h.reason for h in mine.values()].count(None) == 1  # resume: any initial cause
 
 
-def test_the_handler_labels_its_pass_with_what_woke_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[str] = []
-
-    def fake_reconcile(handler: str, *args: Any) -> Any:
-        seen.append(handler)
-        return type("Plan", (), {"phase": "Running"})()
-
-    monkeypatch.setattr(trainjobs, "reconcile", fake_reconcile)
+def test_the_handler_only_queues_labelled_with_what_woke_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine = Engine(settings.OperatorConfig())
+    queued: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(
+        engine.queue, "schedule", lambda key, delay=0.0, cause="wake": queued.append((key, cause))
+    )
+    memo = kopf.Memo(engine=engine)
     for reason in (kopf.Reason.CREATE, kopf.Reason.RESUME, kopf.Reason.UPDATE):
-        trainjobs.on_change(reason=reason, body=body(), patch=kopf.Patch(), logger=LOG)
-    assert seen == ["create", "resume", "update"]
+        trainjobs.on_change(
+            reason=reason, namespace="team-a", name="digits", body=body(), memo=memo
+        )
+    assert queued == [(("team-a", "digits"), c) for c in ("create", "resume", "update")]
+    # Only the creation hands its body over (the pass needs no read); the update after it
+    # drops it, so that the pass reads the TrainJob as it is then.
+    assert engine._created == {}
 
 
 # ------------------------------------------------------------------- the old finalizer
@@ -209,7 +230,7 @@ def test_the_event_handler_drops_only_the_old_finalizer(monkeypatch: pytest.Monk
 
 
 def test_the_event_handler_is_registered_for_trainjobs() -> None:
-    registry = kopf.get_default_registry()
+    registry = registered()
     (handler,) = [
         h for h in registry._watching.get_all_handlers() if h.fn is legacy.drop_legacy_finalizer
     ]
@@ -236,7 +257,7 @@ def _finalizer_wanted(obj: Any) -> bool:
     from kopf._cogs.structs import references
     from kopf._core.intents import causes
 
-    registry = kopf.get_default_registry()
+    registry = registered()
     resource = references.Resource(
         group="raytrain.dev", version="v1alpha1", plural="trainjobs", namespaced=True
     )
@@ -267,7 +288,7 @@ def _finalizer_wanted(obj: Any) -> bool:
 def test_no_timer_or_daemon_runs_per_trainjob() -> None:
     """The resync goes through the wake-up queue: a kopf timer would cost a task per job and
     a finalizer written before the first handler runs."""
-    registry = kopf.get_default_registry()
+    registry = registered()
     assert [h.id for h in registry._spawning.get_all_handlers()] == []
 
 

@@ -20,6 +20,7 @@ from raytrain_operator.builders.network import (
 )
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.handlers import apply
+from raytrain_operator.handlers.state import PassState
 from raytrain_operator.status.machine import EnsureChildren
 
 LOG = logging.getLogger("test")
@@ -123,9 +124,10 @@ def test_each_attempt_applies_the_policy_and_turning_it_off_removes_it(
 ) -> None:
     deleted: list[tuple[str, str]] = []
     monkeypatch.setattr(k8s, "delete", lambda kind, ns, name: deleted.append((kind, name)))
-    apply.ensure_children(trainjob(), meta(), EnsureChildren(0, False), None, LOG)
+    state = PassState()
+    apply.ensure_children(state, trainjob(), meta(), EnsureChildren(0, False), None, LOG)
     assert server.objects[("NetworkPolicy", "digits-ray")] == build_network_policy(
-        meta(), settings.CONFIG.network_policy_ingress
+        meta(), state.config.network_policy_ingress
     )
     # Created before the RayJob, so no pod of the job ever runs unfenced.
     creates = [name for verb, kind, name in server.calls if verb == "create"]
@@ -133,8 +135,8 @@ def test_each_attempt_applies_the_policy_and_turning_it_off_removes_it(
     assert kinds.index("NetworkPolicy") < kinds.index("RayJob"), creates
     assert ("NetworkPolicy", "digits-ray") not in deleted
 
-    monkeypatch.setattr(settings.CONFIG, "network_policy", False)
-    apply.ensure_children(trainjob(), meta(), EnsureChildren(1, False), None, LOG)
+    state.config.network_policy = False
+    apply.ensure_children(state, trainjob(), meta(), EnsureChildren(1, False), None, LOG)
     assert ("NetworkPolicy", "digits-ray") in deleted
 
 

@@ -15,7 +15,7 @@ from _factories import BASE, meta, trainjob
 from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator.handlers import preflight
 from raytrain_operator.handlers.preflight import override_problem
-from raytrain_operator.settings import CONFIG, OperatorConfig
+from raytrain_operator.settings import OperatorConfig
 
 CLOSED = OperatorConfig(allow_service_account_name=False, allow_env_from=False)
 ENV_FROM = [{"secretRef": {"name": "team-b-db"}}, {"configMapRef": {"name": "settings"}}]
@@ -111,9 +111,10 @@ def test_preflight_stalls_before_any_api_call(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(preflight, "secret_key_names", no_api)
     monkeypatch.setattr(preflight.k8s, "service_account_exists", no_api)
     monkeypatch.setattr(preflight.k8s, "pvc_access_modes", no_api)
-    monkeypatch.setattr(CONFIG, "allow_env_from", False)
+    config = OperatorConfig()
+    config.allow_env_from = False
     job: TrainJob = trainjob(workerTemplate={"envFrom": ENV_FROM})
-    problem = preflight.check(job, meta())
+    problem = preflight.check(job, meta(), config)
     assert problem is not None
     assert problem[0] == "OverrideForbidden"
     assert problem[1].startswith("spec.workerTemplate.envFrom")

@@ -9,6 +9,7 @@ from typing import Any
 import kopf
 import pytest
 from _factories import BASE, UID
+from _passes import passed
 
 from raytrain_contract.api import templates
 from raytrain_contract.api.v1alpha1 import TrainJob
@@ -226,9 +227,10 @@ def body(spec: dict[str, Any], status: dict[str, Any] | None = None) -> kopf.Bod
 def passes(monkeypatch: pytest.MonkeyPatch, api: Templates) -> list[Any]:
     built: list[Any] = []
     # Parses are cached by uid, generation and template version, which these tests reuse.
-    monkeypatch.setattr(reconcile, "_parsed", {})
-    monkeypatch.setattr(reconcile.apply, "run", lambda actions, tj, *a: built.append(tj))
-    monkeypatch.setattr(reconcile.preflight, "check", lambda tj, meta: None)
+    monkeypatch.setattr(
+        reconcile.apply, "run", lambda state, actions, tj, *a: built.append(tj) or []
+    )
+    monkeypatch.setattr(reconcile.preflight, "check", lambda *a, **kw: None)
     monkeypatch.setattr(k8s, "get_rayjob", lambda ns, name: None)
     monkeypatch.setattr(kopf, "info", lambda *a, **kw: None)
     monkeypatch.setattr(kopf, "warn", lambda *a, **kw: None)
@@ -238,7 +240,7 @@ def passes(monkeypatch: pytest.MonkeyPatch, api: Templates) -> list[Any]:
 def test_a_pass_builds_from_the_template_and_records_it(api: Templates, passes: list[Any]) -> None:
     api.objects[("ClusterTrainJobTemplate", "", "team-gpu")] = template_obj()
     patch = kopf.Patch()
-    plan = reconcile.reconcile("create", body(job_spec()), patch, LOG, {}, {})
+    plan = passed(patch, "create", body(job_spec()), LOG, {}, {})
     assert plan.phase != "Stalled", plan.status
     (tj,) = passes
     assert tj.spec.image == TEMPLATE_SPEC["image"] and tj.spec.backoff_limit == 3
@@ -250,7 +252,7 @@ def test_a_pass_builds_from_the_template_and_records_it(api: Templates, passes: 
 def stalled_pass(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """One create pass that must stall: its Stalled condition and its status patch."""
     patch = kopf.Patch()
-    plan = reconcile.reconcile("create", body(spec), patch, LOG, {}, {})
+    plan = passed(patch, "create", body(spec), LOG, {}, {})
     assert plan.phase == "Stalled"
     status = dict(patch["status"])
     return next(c for c in status["conditions"] if c["type"] == "Stalled"), status
@@ -275,7 +277,6 @@ def test_a_bad_value_from_the_template_is_blamed_on_the_template(
     assert "spec.backoffLimit (from ClusterTrainJobTemplate team-gpu)" in stalled["message"]
     assert "fix this field of the template" in stalled["message"]
     # The job's own value is the job's fault.
-    reconcile._parsed.clear()
     stalled, _ = stalled_pass(job_spec(backoffLimit=1000))
     assert "spec.backoffLimit:" in stalled["message"]
     assert "fix this field of the TrainJob" in stalled["message"]
@@ -284,13 +285,13 @@ def test_a_bad_value_from_the_template_is_blamed_on_the_template(
 def test_a_running_job_keeps_building_from_its_copy(api: Templates, passes: list[Any]) -> None:
     api.objects[("ClusterTrainJobTemplate", "", "team-gpu")] = template_obj()
     first = kopf.Patch()
-    reconcile.reconcile("create", body(job_spec()), first, LOG, {}, {})
+    passed(first, "create", body(job_spec()), LOG, {}, {})
     snap = first["status"]["template"]
     api.objects[("ClusterTrainJobTemplate", "", "team-gpu")] = template_obj(
         {**TEMPLATE_SPEC, "image": "registry.example/team/trainer:9.9"}, rv="8"
     )
     status = {"template": snap, "startTime": "2026-11-27T01:00:00Z", "attempt": 0}
     patch = kopf.Patch()
-    reconcile.reconcile("resync", body(job_spec(), status), patch, LOG, {}, {})
+    passed(patch, "resync", body(job_spec(), status), LOG, {}, {})
     assert passes[-1].spec.image == TEMPLATE_SPEC["image"]
     assert "template" not in (patch.get("status") or {})

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from _factories import manifest, meta
+from _passes import passed
 from prometheus_client import REGISTRY
 from test_status_machine import NOW, cond, rayjob, run, status_after
 from test_triage import GLOO_TIMEOUT, USER_TRACEBACK, container, pod
@@ -13,6 +14,7 @@ from test_triage import GLOO_TIMEOUT, USER_TRACEBACK, container, pod
 from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator import k8s
 from raytrain_operator.handlers import reconcile
+from raytrain_operator.handlers.state import PassState
 from raytrain_operator.status import machine as m
 from raytrain_operator.status import triage
 from raytrain_operator.status.conditions import find
@@ -126,22 +128,17 @@ def test_the_handler_reads_the_attempts_pods_and_announces_the_class(
         return [OOM_POD]
 
     monkeypatch.setattr(k8s, "list_pods", list_pods)
-    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
     index = {("team-a", "digits-0"): [{"name": "digits-0-abc", "replicaFailure": None}]}
-    pods, events = reconcile.attempt_evidence(rayjob(), index, meta(), 0)
+    pods, events = reconcile.attempt_evidence(PassState(), rayjob(), index, meta(), 0)
     assert pods == [OOM_POD] and events == []
     assert selectors == ["raytrain.dev/trainjob=digits,raytrain.dev/attempt=0"]
 
-    warned: list[tuple[str, str]] = []
-    monkeypatch.setattr(
-        reconcile.kopf, "warn", lambda body, reason, message: warned.append((reason, message))
-    )
     labels = {"namespace": "team-a", "trainjob": "digits", "reason": "OOMKilled"}
     before = REGISTRY.get_sample_value("raytrain_attempt_failures_total", labels) or 0.0
     found = triage.classify(triage.Evidence({}, pods=pods))
-    reconcile.announce_failure({}, meta(), 0, found)
-    assert warned and warned[0][0] == "OOMKilled"
-    assert warned[0][1].startswith("attempt 0 failed (workload): container ray-worker")
+    event = reconcile.announce_failure(meta(), 0, found)
+    assert event.warning and event.reason == "OOMKilled"
+    assert event.message.startswith("attempt 0 failed (workload): container ray-worker")
     after = REGISTRY.get_sample_value("raytrain_attempt_failures_total", labels)
     assert after == before + 1
 
@@ -150,10 +147,9 @@ def test_without_permission_to_list_pods_the_class_comes_from_the_rest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: None)
-    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
     quota = {"reason": "FailedCreateWorkerPod", "message": "exceeded quota: gpu"}
     index = {("team-a", "digits-0"): [{"name": "digits-0-abc", "replicaFailure": quota}]}
-    pods, events = reconcile.attempt_evidence(rayjob(), index, meta(), 0)
+    pods, events = reconcile.attempt_evidence(PassState(), rayjob(), index, meta(), 0)
     assert pods == [] and events[0]["involvedObject"]["name"] == "digits-0-abc"
     p = run(tj(), {"attempt": 0}, rayjob(deployment="Failed"), attempt_events=events, now=NOW)
     assert cond(p, "Failed")["reason"] == "Unschedulable"
@@ -173,7 +169,6 @@ def test_one_pass_over_a_failed_attempt_reads_its_pods_and_warns_with_the_class(
         return [OOM_POD]
 
     monkeypatch.setattr(k8s, "list_pods", list_pods)
-    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
     warned: list[tuple[str, str]] = []
     monkeypatch.setattr(kopf, "info", lambda *a, **kw: None)
     monkeypatch.setattr(
@@ -184,7 +179,7 @@ def test_one_pass_over_a_failed_attempt_reads_its_pods_and_warns_with_the_class(
     body = {**manifest(backoffLimit=2), "status": {"attempt": 0, "restarts": 0}}
     patch = kopf.Patch()
     index = {("team-a", "digits"): [failed]}
-    p = reconcile.reconcile("resync", kopf.Body(body), patch, logging.getLogger("t"), index, {})
+    p = passed(patch, "resync", kopf.Body(body), logging.getLogger("t"), index, {})
     assert selectors == ["raytrain.dev/trainjob=digits,raytrain.dev/attempt=0"]
     assert cond(p, "Failed")["reason"] == "OOMKilled"
     assert patch["status"]["phase"] == "Failed"
@@ -196,8 +191,7 @@ def test_one_pass_over_a_failed_attempt_reads_its_pods_and_warns_with_the_class(
     running = rayjob(deployment="Running", job_status="RUNNING")
     running["metadata"]["labels"] = {"raytrain.dev/attempt": "0"}
     body = {**manifest(), "status": {"attempt": 0, "restarts": 0}}
-    reconcile.reconcile(
-        "resync", kopf.Body(body), kopf.Patch(), logging.getLogger("t"),
+    passed(kopf.Patch(), "resync", kopf.Body(body), logging.getLogger("t"),
         {("team-a", "digits"): [running]}, {},
     )  # fmt: skip
     assert len(selectors) == 1
@@ -243,9 +237,8 @@ def test_a_starting_cluster_whose_image_cannot_be_pulled_says_so(
     from datetime import timedelta
 
     monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: [IMAGE_POD])
-    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
     rj = rayjob(deployment="Initializing", startTime=m.rfc3339(NOW - timedelta(seconds=30)))
-    problem = reconcile.cluster_problem(rj, {}, meta(), 0, NOW)
+    problem = reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW)
     assert problem is not None and problem[0] == "ImagePullFailed"
     assert "ErrImageNeverPull" in problem[1] and "fix spec.image" in problem[1]
     p = run(tj(), {"attempt": 0}, rj, cluster_problem=problem)
@@ -267,8 +260,7 @@ def test_one_pass_at_the_deadline_reads_the_pods(monkeypatch: pytest.MonkeyPatch
         return [IMAGE_POD]
 
     monkeypatch.setattr(k8s, "list_pods", list_pods)
-    monkeypatch.setattr(reconcile, "_pods_forbidden_until", 0.0)
-    monkeypatch.setattr(apply, "run", lambda *a, **kw: None)
+    monkeypatch.setattr(apply, "run", lambda *a, **kw: [])
     monkeypatch.setattr(kopf, "info", lambda *a, **kw: None)
     monkeypatch.setattr(kopf, "warn", lambda *a, **kw: None)
     stuck = rayjob(deployment="Running")  # not starting: cluster_problem lists no pods
@@ -280,6 +272,6 @@ def test_one_pass_at_the_deadline_reads_the_pods(monkeypatch: pytest.MonkeyPatch
     }
     body["metadata"]["generation"] = 7  # parse_cached keys on the generation, not the spec
     index = {("team-a", "digits"): [stuck]}
-    p = reconcile.reconcile("resync", kopf.Body(body), kopf.Patch(), logging.getLogger("t"), index)
+    p = passed(kopf.Patch(), "resync", kopf.Body(body), logging.getLogger("t"), index)
     assert selectors == ["raytrain.dev/trainjob=digits,raytrain.dev/attempt=0"]
     assert "While it ran, ImagePullFailed" in cond(p, "Failed")["message"]

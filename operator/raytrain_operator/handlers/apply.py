@@ -16,8 +16,7 @@ for them. A child the API server refuses (422, 400, 403) raises `Rejected` with 
 own message, which the status shows.
 
 Requests that do not depend on each other go out together (`together`: the pass's own thread
-and a pool of as many threads as kopf has for passes, each with its own connection), in three
-rounds:
+and the pass state's pool, each thread with its own connection), in three rounds:
 1. the fence's three reads, with the Role and the ServiceAccount: neither names an attempt,
    and the Role must exist before the API server takes a RoleBinding to it;
 2. once the fence passed: the contract ConfigMap (it names the attempt and the checkpoint to
@@ -30,7 +29,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -57,9 +55,8 @@ from raytrain_operator.builders.names import (
 from raytrain_operator.builders.network import build_network_policy
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
-from raytrain_operator.handlers.wake import WAKER
+from raytrain_operator.handlers.state import PassState
 from raytrain_operator.k8s import ApiException
-from raytrain_operator.settings import CONFIG
 from raytrain_operator.status import machine
 from raytrain_operator.status.machine import (
     Action,
@@ -70,24 +67,13 @@ from raytrain_operator.status.machine import (
     SetRayJobSuspend,
 )
 
-#: Threads that carry the requests of a pass that go out beside the one its own thread sends
-#: (each keeps its own connection to the API server): as many as kopf's threads for passes,
-#: so that passes running at once never wait for one another's requests here.
-_pool: ThreadPoolExecutor | None = None
-_pool_guard = threading.Lock()
 
-
-def together(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+def together(pool: ThreadPoolExecutor, calls: Sequence[Callable[[], Any]]) -> list[Any]:
     """Run the calls at the same time and return their results in order, once all are done;
     if any raised, the first in order's exception is raised (after the others finished). The
     first call runs on the calling thread, the others on the pool."""
     if len(calls) <= 1:
         return [call() for call in calls]
-    global _pool
-    with _pool_guard:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(CONFIG.workers, thread_name_prefix="raytrain-apply")
-        pool = _pool
     futures = [pool.submit(contextvars.copy_context().run, call) for call in calls[1:]]
     first: Any = None
     error: BaseException | None = None
@@ -191,20 +177,21 @@ def _attempt_label(rayjob: Mapping[str, Any]) -> int | None:
     return machine.attempt_of(rayjob)
 
 
-def fence(meta: Meta, attempt: int) -> None:
+def fence(pool: ThreadPoolExecutor, meta: Meta, attempt: int) -> None:
     """Raise `Fenced` unless the children of `attempt` may be created now (fresh reads)."""
     selector = f"{LABEL_TRAINJOB}={meta.name}"
     fresh: dict[str, Any] | None
     rayjobs: list[dict[str, Any]]
     pods: list[dict[str, Any]]
     fresh, rayjobs, pods = together(
+        pool,
         [
             lambda: k8s.get_trainjob(meta.namespace, meta.name),
             lambda: k8s.list_rayjobs(meta.namespace, selector),
             # The foreground delete removes a RayJob only after its pods; the pods are checked
             # too (when the operator may list them), in case their owner chain was cut.
             lambda: k8s.list_pods(meta.namespace, selector) or [],
-        ]
+        ],
     )
     fresh_uid = ((fresh or {}).get("metadata") or {}).get("uid")
     if fresh is None or (meta.uid and fresh_uid != meta.uid):
@@ -239,16 +226,19 @@ def fence(meta: Meta, attempt: int) -> None:
 
 
 def ensure_children(
+    state: PassState,
     trainjob: TrainJob,
     meta: Meta,
     action: EnsureChildren,
     creation_timestamp: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
-) -> None:
+) -> dict[str, Any] | None:
+    """Create or bring in line the children of an attempt; the RayJob if this call created it."""
+    config, pool = state.config, state.pool()
     configmap = build_contract_configmap(trainjob, meta, action.attempt, action.resume_from)
     account, role, binding = build_rbac(trainjob, meta)
     budget = build_pod_disruption_budget(trainjob, meta)
-    policy = build_network_policy(meta, CONFIG.network_policy_ingress)
+    policy = build_network_policy(meta, config.network_policy_ingress)
     rayjob = build_rayjob(trainjob, meta, action.attempt, suspend=action.suspend)
 
     def ensure_budget() -> None:
@@ -259,36 +249,38 @@ def ensure_children(
             k8s.delete("PodDisruptionBudget", meta.namespace, disruption_budget_name(meta.name))
 
     def ensure_policy() -> None:
-        if CONFIG.network_policy:
+        if config.network_policy:
             _ensure(policy, meta)
         else:
             k8s.delete("NetworkPolicy", meta.namespace, network_policy_name(meta.name))
 
     # The fence first: when it raises, its word wins over a child's error (together).
     together(
+        pool,
         [
-            lambda: fence(meta, action.attempt),
+            lambda: fence(pool, meta, action.attempt),
             lambda: _ensure(role, meta),
             lambda: _ensure(account, meta),
-        ]
+        ],
     )
     # The API server checks a RoleBinding against its Role's rules: the Role went first.
     together(
+        pool,
         [
             lambda: _ensure(configmap, meta),
             lambda: _ensure(binding, meta),
             ensure_budget,
             ensure_policy,
-        ]
+        ],
     )
-    if _ensure(rayjob, meta):
-        # Its ADDED event brings nothing this pass does not know: it wakes no pass.
-        WAKER.saw(meta.namespace, rayjob)
-        logger.info(f"Created RayJob {rayjob['metadata']['name']} (attempt {action.attempt}).")
-        created = parse_rfc3339(creation_timestamp)
-        if created is not None and action.attempt == 0:
-            elapsed = (machine.now_utc() - created).total_seconds()
-            metrics.RAYJOB_CREATION_SECONDS.observe(max(elapsed, 0.0))
+    if not _ensure(rayjob, meta):
+        return None
+    logger.info(f"Created RayJob {rayjob['metadata']['name']} (attempt {action.attempt}).")
+    created = parse_rfc3339(creation_timestamp)
+    if created is not None and action.attempt == 0:
+        elapsed = (machine.now_utc() - created).total_seconds()
+        metrics.RAYJOB_CREATION_SECONDS.observe(max(elapsed, 0.0))
+    return rayjob
 
 
 def delete_children(meta: Meta) -> None:
@@ -305,18 +297,26 @@ def delete_children(meta: Meta) -> None:
 
 
 def run(
+    state: PassState,
     actions: list[Action],
     trainjob: TrainJob | None,
     meta: Meta,
     patch: kopf.Patch,
     creation_timestamp: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
-) -> None:
+) -> list[dict[str, Any]]:
+    """Carry out the actions; the RayJobs created (their ADDED events bring the pass nothing
+    new, the engine records them as seen)."""
+    created: list[dict[str, Any]] = []
     for action in actions:
         if isinstance(action, EnsureChildren):
             if trainjob is not None:
                 try:
-                    ensure_children(trainjob, meta, action, creation_timestamp, logger)
+                    made = ensure_children(
+                        state, trainjob, meta, action, creation_timestamp, logger
+                    )
+                    if made is not None:
+                        created.append(made)
                 except (Fenced, Conflict, Rejected, ApiException):
                     raise
                 except Exception as exc:
@@ -345,3 +345,4 @@ def run(
             logger.info("Deleted the children after ttlSecondsAfterFinished.")
         elif isinstance(action, Annotate):
             patch.metadata.annotations[action.key] = action.value
+    return created

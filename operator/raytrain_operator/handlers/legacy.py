@@ -21,7 +21,6 @@ def _carries_legacy_finalizer(meta: kopf.Meta, **_: Any) -> bool:
     return LEGACY_FINALIZER in (meta.get("finalizers") or [])
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL, id="legacy-finalizer", when=_carries_legacy_finalizer)
 def drop_legacy_finalizer(
     type: str | None,
     namespace: str | None,
@@ -36,3 +35,14 @@ def drop_legacy_finalizer(
     if k8s.remove_trainjob_finalizer(namespace, name, finalizers, LEGACY_FINALIZER):
         logger.info(f"Removed the pre-0.2 finalizer {LEGACY_FINALIZER}.")
     # Otherwise the object changed meanwhile (or is gone): its next event brings us back.
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    kopf.on.event(
+        GROUP,
+        VERSION,
+        PLURAL,
+        id="legacy-finalizer",
+        when=_carries_legacy_finalizer,
+        registry=registry,
+    )(drop_legacy_finalizer)

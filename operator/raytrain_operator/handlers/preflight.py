@@ -28,7 +28,7 @@ from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_contract.meta import Meta
 from raytrain_operator import k8s
 from raytrain_operator.builders.contract import CONTRACT_KEY, build_contract_configmap
-from raytrain_operator.settings import CONFIG, OperatorConfig
+from raytrain_operator.settings import OperatorConfig
 
 #: Kubernetes' limit of a ConfigMap's data (keys and values together).
 CONFIGMAP_LIMIT = 1024 * 1024
@@ -101,7 +101,7 @@ def _describe_env_from(entries: list[dict[str, Any]]) -> str:
     return ", ".join(names) or json.dumps(entries)
 
 
-def override_problem(trainjob: TrainJob, config: OperatorConfig = CONFIG) -> Problem | None:
+def override_problem(trainjob: TrainJob, config: OperatorConfig) -> Problem | None:
     """A serviceAccountName or envFrom that this operator's settings forbid.
 
     spec.storage.s3.serviceAccountName (IRSA) names the pods' account too, so it is forbidden
@@ -178,9 +178,9 @@ def claim_problem(trainjob: TrainJob, namespace: str) -> Problem | None:
     return None
 
 
-def check(trainjob: TrainJob, meta: Meta) -> Problem | None:
+def check(trainjob: TrainJob, meta: Meta, config: OperatorConfig | None = None) -> Problem | None:
     """(reason, message) of the first problem found, or None when the RayJob can be created."""
-    problem = spec_problem(trainjob, meta) or override_problem(trainjob)
+    problem = spec_problem(trainjob, meta) or override_problem(trainjob, config or OperatorConfig())
     if problem is not None:
         return problem
     ns = meta.namespace

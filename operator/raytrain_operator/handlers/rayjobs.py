@@ -28,7 +28,6 @@ ORIGINATED_FROM = "ray.io/originated-from-cr-name"
 REPLICA_FAILURE = "ReplicaFailure"
 
 
-@kopf.index(RAY_GROUP, RAY_VERSION, RAYJOBS, labels={LABEL_TRAINJOB: kopf.PRESENT}, id="rayjobs")
 def rayjobs_by_trainjob(
     namespace: str | None,
     name: str,
@@ -56,13 +55,6 @@ def rayjobs_by_trainjob(
     }
 
 
-@kopf.index(
-    RAY_GROUP,
-    RAY_VERSION,
-    RAYCLUSTERS,
-    labels={LABEL_TRAINJOB: kopf.PRESENT, ORIGINATED_FROM: kopf.PRESENT},
-    id="rayclusters",
-)
 def rayclusters_by_rayjob(
     namespace: str | None, name: str, meta: kopf.Meta, status: kopf.Status, **_: Any
 ) -> dict[tuple[str | None, str], dict[str, Any]]:
@@ -87,3 +79,22 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    kopf.index(
+        RAY_GROUP,
+        RAY_VERSION,
+        RAYJOBS,
+        labels={LABEL_TRAINJOB: kopf.PRESENT},
+        id="rayjobs",
+        registry=registry,
+    )(rayjobs_by_trainjob)
+    kopf.index(
+        RAY_GROUP,
+        RAY_VERSION,
+        RAYCLUSTERS,
+        labels={LABEL_TRAINJOB: kopf.PRESENT, ORIGINATED_FROM: kopf.PRESENT},
+        id="rayclusters",
+        registry=registry,
+    )(rayclusters_by_rayjob)

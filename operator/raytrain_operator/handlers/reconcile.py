@@ -1,8 +1,11 @@
-"""One reconcile pass: observe, plan (pure), act, report. Shared by every TrainJob handler.
+"""One reconcile pass: observe, plan (pure), act on the children, and say what was decided.
 
-Passes over one TrainJob never run at once (kopf's change handlers run beside the passes the
-wake-up queue runs): each takes the TrainJob's lock. The attempt a pass works on is derived from the
-RayJobs that exist as well as from the status, so a lost status patch cannot send it back.
+`reconcile` returns a `PassResult`: the plan, the status patch to write, when the job is next
+due and why, the Events to post, and what the pass read (its RayJobs, the TrainJob). It neither
+writes the TrainJob nor schedules anything: the engine (handlers/engine.py) does both, through
+its one write path and its one queue, which also keeps passes over one TrainJob from running at
+once. The attempt a pass works on is derived from the RayJobs that exist as well as from the
+status, so a lost status patch cannot send it back.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import dataclasses
 import http.client
 import logging
 import ssl
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -31,8 +33,7 @@ from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
 from raytrain_operator.handlers import apply, preflight
 from raytrain_operator.handlers import templates as template_reader
-from raytrain_operator.handlers.wake import RESYNC, WAKER, needs_operator
-from raytrain_operator.settings import CONFIG
+from raytrain_operator.handlers.state import PassState
 from raytrain_operator.status import conditions, machine, triage
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -40,44 +41,66 @@ Logger = logging.Logger | logging.LoggerAdapter[Any]
 #: Pods of a cluster that is still starting are looked at (for Unschedulable) after this long.
 UNSCHEDULABLE_CHECK_AFTER_SECONDS = 10.0
 
+#: A starting cluster whose pods showed no problem is looked at again this often (or every
+#: resync interval, if that is shorter).
+UNSCHEDULABLE_LOOK_EVERY_SECONDS = 60.0
+
 #: A pass that found its picture out of date runs again this much later.
 FENCED_RETRY_SECONDS = 1.0
 
-#: After a 403 on listing pods, how long before trying again.
-PODS_FORBIDDEN_RETRY_SECONDS = 600.0
 #: A pass that could not reach the API server (connection refused or reset, TLS cut short, 429,
 #: 5xx: a restart or an overload) is retried this soon. kopf's own delay for an unexpected error
 #: is 60 s, which after an API server restart left jobs unattended for a minute.
 API_RETRY_SECONDS = 2.0
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 _TRANSPORT_ERRORS = (ConnectionError, TimeoutError, ssl.SSLError, http.client.HTTPException)
-_pods_forbidden_until = 0.0
-
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
 
 
-def _lock(uid: str) -> threading.Lock:
-    with _locks_guard:
-        return _locks.setdefault(uid, threading.Lock())
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event the engine posts on the TrainJob once the pass's status is written."""
+
+    warning: bool
+    reason: str
+    message: str
 
 
-def forget(uid: str) -> None:
-    """Drop a deleted TrainJob's lock and its parsed spec."""
-    with _locks_guard:
-        _locks.pop(uid, None)
-        for key in [k for k in _parsed if k[0] == uid]:
-            _parsed.pop(key, None)
+@dataclasses.dataclass
+class PassResult:
+    """What one pass decided and saw. The engine writes `patch`, posts `events`, records what
+    was seen, and queues the job again in `due_in` seconds (None: nothing is due; an event or
+    the resync of the whole set brings it back)."""
+
+    plan: machine.Plan
+    patch: kopf.Patch
+    due_in: float | None = None
+    #: Why the job is due then: "due" (a deadline, grace period, TTL, a first look at pods),
+    #: "fenced" (its picture was out of date), "stalled" (a problem to re-check).
+    due_why: str = ""
+    events: list[Event] = dataclasses.field(default_factory=list)
+    #: The RayJobs the pass read or created: their next event is news only if it differs.
+    seen_rayjobs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: False: nothing may be written (the pass was fenced; the next one decides again).
+    write: bool = True
+
+    def due(self, seconds: float | None, why: str) -> None:
+        """Due in `seconds` (the earliest of several wins)."""
+        if seconds is None:
+            return
+        if self.due_in is None or seconds < self.due_in:
+            self.due_in, self.due_why = max(seconds, 0.0), why
 
 
-#: parse() results by (uid, generation, labels, annotations): a pass over an unchanged
-#: TrainJob neither validates its spec nor builds its children again.
-_parsed: dict[tuple[Any, ...], tuple[TrainJob | None, str | None]] = {}
-PARSED_MAX = 8192
+def needs_operator(
+    spec: Mapping[str, Any], status: Mapping[str, Any], annotations: Mapping[str, Any]
+) -> bool:
+    """machine.needs_operator with the TTL the job runs under (its own, or its template's)."""
+    ttl = templates.effective_value(spec, status, "ttlSecondsAfterFinished")
+    return machine.needs_operator(status, ttl, annotations)
 
 
 def parse_cached(
-    body: Mapping[str, Any], template: Mapping[str, Any] | None = None
+    state: PassState, body: Mapping[str, Any], template: Mapping[str, Any] | None = None
 ) -> tuple[TrainJob | None, str | None]:
     """parse(), once per uid and generation (and labels and annotations, which the builders
     copy, and the template's version): the spec of one generation never changes. A pass must
@@ -97,15 +120,9 @@ def parse_cached(
         snap.get("uid"),
         snap.get("resourceVersion"),
     )
-    with _locks_guard:
-        found = _parsed.get(key)
-    if found is not None:
-        return found
-    result = parse(body, snap.get("spec") or {})
-    with _locks_guard:
-        if len(_parsed) >= PARSED_MAX:
-            _parsed.clear()
-        _parsed[key] = result
+    result: tuple[TrainJob | None, str | None] = state.parsed_get(
+        key, lambda: parse(body, snap.get("spec") or {})
+    )
     return result
 
 
@@ -186,7 +203,12 @@ def lookup_rayjob(
 
 
 def cluster_problem(
-    rayjob: Mapping[str, Any], index: Any, meta: Meta, attempt: int, now: datetime
+    state: PassState,
+    rayjob: Mapping[str, Any],
+    index: Any,
+    meta: Meta,
+    attempt: int,
+    now: datetime,
 ) -> tuple[str, str] | None:
     """Why the cluster of a starting RayJob lacks pods: KubeRay's ReplicaFailure (a quota, an
     admission webhook) or a pod the scheduler cannot place, with their own messages."""
@@ -205,14 +227,12 @@ def cluster_problem(
     started = parse_rfc3339(status.get("startTime"))
     if started is None or (now - started).total_seconds() < UNSCHEDULABLE_CHECK_AFTER_SECONDS:
         return None
-    global _pods_forbidden_until
-    if time.monotonic() < _pods_forbidden_until:
+    if not state.may_list_pods():
         return None
     selector = f"{LABEL_TRAINJOB}={meta.name},{LABEL_ATTEMPT}={attempt}"
     pods = k8s.list_pods(meta.namespace, selector)
     if pods is None:
-        # No permission to list pods (it is optional): ask again only now and then.
-        _pods_forbidden_until = time.monotonic() + PODS_FORBIDDEN_RETRY_SECONDS
+        state.pods_forbidden()
         return None
     for pod in pods:
         cond = triage.unschedulable_condition(pod)
@@ -230,42 +250,44 @@ def cluster_problem(
 
 
 def attempt_evidence(
-    rayjob: Mapping[str, Any], index: Any, meta: Meta, attempt: int
+    state: PassState, rayjob: Mapping[str, Any], index: Any, meta: Meta, attempt: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The Ray pods of a failed attempt (the builders' labels: TrainJob and attempt) and its
     RayCluster's ReplicaFailure as an Event, for the failure's classification. Read only when
     the attempt failed; no pods when the operator may not list them."""
-    global _pods_forbidden_until
     rj_name = (rayjob.get("metadata") or {}).get("name")
     events = triage.replica_failure_events(list((index or {}).get((meta.namespace, rj_name), ())))
-    if time.monotonic() < _pods_forbidden_until:
+    if not state.may_list_pods():
         return [], events
     pods = k8s.list_pods(meta.namespace, f"{LABEL_TRAINJOB}={meta.name},{LABEL_ATTEMPT}={attempt}")
     if pods is None:
-        _pods_forbidden_until = time.monotonic() + PODS_FORBIDDEN_RETRY_SECONDS
+        state.pods_forbidden()
         return [], events
     return pods, events
 
 
-def announce_failure(body: Any, meta: Meta, attempt: int, found: triage.Triage) -> None:
+def announce_failure(meta: Meta, attempt: int, found: triage.Triage) -> Event:
     """One Event (reason: the class) and one count per failed attempt."""
     kind = "infrastructure" if found.infrastructure else "workload"
     message = f"attempt {attempt} failed ({kind}): {found.message}"
-    kopf.warn(body, reason=found.reason, message=message[: conditions.MAX_MESSAGE])
     metrics.ATTEMPT_FAILURES.labels(
         namespace=meta.namespace, trainjob=meta.name, reason=found.reason
     ).inc()
+    return Event(True, found.reason, message[: conditions.MAX_MESSAGE])
 
 
-def _first_unschedulable_look(rayjob: Mapping[str, Any] | None, now: datetime) -> float | None:
-    """Seconds until a starting cluster's pods are first looked at, or None (not starting, or
-    looked at already)."""
+def _unschedulable_look(
+    rayjob: Mapping[str, Any] | None, now: datetime, every: float
+) -> float | None:
+    """Seconds until a starting cluster's pods are looked at: first when
+    UNSCHEDULABLE_CHECK_AFTER_SECONDS have passed since it started, then every `every` seconds
+    while it starts. None when it is not starting."""
     status = (rayjob or {}).get("status") or {}
     started = parse_rfc3339(status.get("startTime"))
     if started is None or status.get("jobDeploymentStatus") != "Initializing":
         return None
     left = UNSCHEDULABLE_CHECK_AFTER_SECONDS - (now - started).total_seconds()
-    return left + 0.5 if left > -0.5 else None
+    return left + 0.5 if left > -0.5 else every
 
 
 def with_cluster_workers(rayjob: dict[str, Any], index: Any) -> dict[str, Any]:
@@ -290,19 +312,23 @@ def with_cluster_workers(rayjob: dict[str, Any], index: Any) -> dict[str, Any]:
 
 
 def reconcile(
-    handler: str,
-    body: kopf.Body,
-    patch: kopf.Patch,
+    state: PassState,
+    cause: str,
+    body: Mapping[str, Any],
     logger: Logger,
     rayjob_index: Any = None,
     raycluster_index: Any = None,
-) -> machine.Plan:
+) -> PassResult:
+    """One pass over a TrainJob as `body` shows it; `cause` labels its metrics (what queued it).
+
+    Raises kopf.TemporaryError when the API server did not answer (the engine retries soon).
+    """
     started = time.monotonic()
     result = "error"
     try:
-        plan = _reconcile(body, patch, logger, rayjob_index, raycluster_index)
-        result = plan.phase.lower() if plan.phase == machine.STALLED else "ok"
-        return plan
+        found = _pass(state, body, logger, rayjob_index, raycluster_index)
+        result = found.plan.phase.lower() if found.plan.phase == machine.STALLED else "ok"
+        return found
     except kopf.TemporaryError:
         result = "retry"
         raise
@@ -317,16 +343,14 @@ def reconcile(
             delay=API_RETRY_SECONDS,
         ) from exc
     finally:
-        metrics.RECONCILES.labels(handler=handler, result=result).inc()
-        metrics.RECONCILE_SECONDS.labels(handler=handler).observe(time.monotonic() - started)
+        metrics.RECONCILES.labels(handler=cause, result=result).inc()
+        metrics.RECONCILE_SECONDS.labels(handler=cause).observe(time.monotonic() - started)
 
 
-def _still_needs_operator(
-    body: Mapping[str, Any], status: Mapping[str, Any], patch: kopf.Patch
-) -> bool:
+def still_needs_operator(body: Mapping[str, Any], patch: kopf.Patch) -> bool:
     """Whether the job still needs the operator once this pass's patch is written: not
     finished, or finished with its TTL clean-up still to do."""
-    after = {**status, **dict(patch.get("status") or {})}
+    after = {**(body.get("status") or {}), **dict(patch.get("status") or {})}
     metadata = body.get("metadata") or {}
     annotations = {
         **(metadata.get("annotations") or {}),
@@ -347,27 +371,19 @@ def api_unavailable(exc: BaseException) -> str | None:
     return None
 
 
-def _reconcile(
-    body: kopf.Body, patch: kopf.Patch, logger: Logger, rayjob_index: Any, raycluster_index: Any
-) -> machine.Plan:
-    meta = Meta.from_metadata(body["metadata"])
-    with _lock(meta.uid):
-        return _locked_pass(body, meta, patch, logger, rayjob_index, raycluster_index)
-
-
-def _locked_pass(
-    body: kopf.Body,
-    meta: Meta,
-    patch: kopf.Patch,
+def _pass(
+    state: PassState,
+    body: Mapping[str, Any],
     logger: Logger,
     rayjob_index: Any,
     raycluster_index: Any,
-) -> machine.Plan:
+) -> PassResult:
+    meta = Meta.from_metadata(body["metadata"])
+    patch = kopf.Patch()
     status: dict[str, Any] = dict(body.get("status") or {})
-    WAKER.saw_report(meta.namespace, meta.name, status.get("trainerStatus"))
     resolved = template_reader.resolve(meta.namespace, body.get("spec") or {}, status)
     snapshot = resolved.snapshot if resolved.write else status.get("template")
-    trainjob, spec_problem = parse_cached(body, snapshot)
+    trainjob, spec_problem = parse_cached(state, body, snapshot)
     spec_problem_reason = "InvalidSpec"
     if resolved.problem is not None:
         spec_problem, spec_problem_reason = resolved.problem, "TemplateUnavailable"
@@ -382,13 +398,14 @@ def _locked_pass(
     resume_from: str | None = status.get("resumedFrom") or None
     pods: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
+    seen: list[dict[str, Any]] = []
     if not machine.is_terminal(status) and trainjob is not None and spec_problem is None:
         owned = owned_rayjobs(rayjob_index, meta)
         attempts = [a for r in owned if (a := machine.attempt_of(r)) is not None]
         highest = max(attempts, default=None)
         attempt = machine.current_attempt(status, highest)
+        seen = owned
         for r in owned:
-            WAKER.saw(meta.namespace, r)
             at = machine.attempt_of(r)
             if at is not None and at < attempt:
                 rmeta = r.get("metadata") or {}
@@ -398,13 +415,13 @@ def _locked_pass(
         )
         if rayjob is not None:
             rayjob = with_cluster_workers(rayjob, raycluster_index)
-            trouble = cluster_problem(rayjob, raycluster_index, meta, attempt, now)
+            trouble = cluster_problem(state, rayjob, raycluster_index, meta, attempt, now)
             if machine.attempt_failed(status, rayjob, attempt) or machine.deadline_passed(
                 status, trainjob, now
             ):
-                pods, events = attempt_evidence(rayjob, raycluster_index, meta, attempt)
+                pods, events = attempt_evidence(state, rayjob, raycluster_index, meta, attempt)
         if machine.needs_preflight(status, rayjob) and not older:
-            problem = preflight.check(trainjob, meta)
+            problem = preflight.check(trainjob, meta, state.config)
             if problem is None:
                 resume_from, problem = preflight.resume_source(trainjob, meta, status)
 
@@ -422,13 +439,13 @@ def _locked_pass(
         cluster_problem=trouble,
         attempt_pods=pods,
         attempt_events=events,
-        checkpoint_grace_seconds=CONFIG.checkpoint_grace_seconds,
+        checkpoint_grace_seconds=state.config.checkpoint_grace_seconds,
         resume_from=resume_from,
     )
     plan = machine.plan(observation)
-    wake_key = (meta.namespace, meta.name)
     try:
-        apply.run(
+        created = apply.run(
+            state,
             plan.actions,
             trainjob,
             meta,
@@ -439,14 +456,17 @@ def _locked_pass(
     except apply.Fenced as exc:
         # This pass's picture is out of date: it writes nothing, the next pass decides again.
         metrics.FENCED_PASSES.inc()
-        metrics.WAKEUPS.labels(cause="fenced").inc()
         logger.info(f"Nothing created: {exc}.")
-        WAKER.schedule(wake_key, FENCED_RETRY_SECONDS)
-        return plan
+        fenced = PassResult(plan, kopf.Patch(), seen_rayjobs=list(seen), write=False)
+        fenced.due(FENCED_RETRY_SECONDS, "fenced")
+        return fenced
     except apply.Conflict as exc:
         plan = machine.plan(dataclasses.replace(observation, conflict=str(exc)))
+        created = []
     except apply.Rejected as exc:
         plan = machine.plan(dataclasses.replace(observation, rejected=(exc.reason, exc.message)))
+        created = []
+    result = PassResult(plan, patch, seen_rayjobs=[*seen, *created])
     for key, value in plan.status.items():
         if status.get(key) != value:
             patch.status[key] = value
@@ -454,27 +474,22 @@ def _locked_pass(
         # The template as this pass used it; kept from the first attempt on (handlers/templates).
         patch.status["template"] = resolved.snapshot
     if plan.attempt_failure is not None:
-        announce_failure(body, meta, attempt, plan.attempt_failure)
+        result.events.append(announce_failure(meta, attempt, plan.attempt_failure))
     for t in plan.transitions:
         message = f"{t.type} is {t.status}" + (f": {t.message}" if t.message else "")
-        if t.is_warning:
-            kopf.warn(body, reason=t.reason, message=message)
-        else:
-            kopf.info(body, reason=t.reason, message=message)
-    due = plan.recheck_after
-    first_look = _first_unschedulable_look(rayjob, now) if trouble is None else None
-    if first_look is not None:
-        # Nothing announces a pod the scheduler cannot place: the first look is woken when
-        # due; later ones come with the resync (each lists the job's pods).
-        due = first_look if due is None else min(due, first_look)
-    if due is not None and due < CONFIG.resync_seconds:
-        logger.debug(f"Next deadline, grace period or TTL due in {due:.0f} s.")
-        metrics.WAKEUPS.labels(cause="due").inc()
-        WAKER.schedule(wake_key, due)
-    elif _still_needs_operator(body, status, patch):
-        # The resync: nothing is due sooner, so the next pass is one interval away.
-        WAKER.schedule(wake_key, CONFIG.resync_seconds, RESYNC)
+        result.events.append(Event(t.is_warning, t.reason, message))
+    result.due(plan.recheck_after, "due")
+    if trouble is None:
+        # Nothing announces a pod the scheduler cannot place: a starting cluster's pods are
+        # looked at when due, and again every resync interval while it starts and no problem
+        # was found (a problem found is in the status; KubeRay's next change brings a pass).
+        every = min(UNSCHEDULABLE_LOOK_EVERY_SECONDS, state.config.resync_seconds)
+        result.due(_unschedulable_look(rayjob, now, every), "due")
     if plan.phase == machine.STALLED:
         stalled = conditions.find(plan.status["conditions"], conditions.STALLED) or {}
         logger.warning(f"Stalled ({stalled.get('reason')}): {stalled.get('message')}")
-    return plan
+        # Fixing the cause (a Secret, a claim, a template) sends no event the operator watches.
+        result.due(state.config.preflight_retry_seconds, "stalled")
+    if result.due_in is not None and result.due_why == "due":
+        logger.debug(f"Next deadline, grace period or TTL due in {result.due_in:.0f} s.")
+    return result

@@ -1,11 +1,10 @@
-"""kopf handlers of TrainJobs: create, resume, update and delete.
+"""kopf handlers of TrainJobs: created, resumed (at the operator's start), a new spec.
 
-Every handler runs the same level-triggered reconcile pass; they differ only in what wakes them
-up. Everything else that runs a pass goes through one queue (handlers/wake.py): a RayJob's
-change, the runtime's report, a time a plan names, and the resync, one interval after a job's
-last pass while the operator still has work on it. Children are owned by the TrainJob
-(ownerReferences), so deleting it lets Kubernetes' garbage collector remove them; the operator
-only forgets what it kept of the job when its DELETED event arrives (handlers/wake.py).
+Each only queues the TrainJob on the engine (handlers/engine.py), which runs the pass; they
+differ in the cause the pass is labelled with. A new TrainJob's pass starts from the body its
+creation event brought, without reading it again. Children are owned by the TrainJob
+(ownerReferences), so deleting it lets Kubernetes' garbage collector remove them; the engine
+only forgets what it kept of the job when its DELETED event arrives (handlers/events.py).
 
 No handler needs a finalizer, so kopf puts none on a TrainJob, handles a new one at its first
 event, and takes off the finalizer that earlier versions put there (settings.FINALIZER, while a
@@ -22,41 +21,29 @@ import kopf
 
 from raytrain_contract.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator import metrics
-from raytrain_operator.handlers.reconcile import reconcile
-from raytrain_operator.handlers.wake import WAKER
-from raytrain_operator.settings import CONFIG
+from raytrain_operator.handlers.events import engine_of
 from raytrain_operator.status import machine
 
 
-def _retry_if_stalled(plan: machine.Plan) -> None:
-    """Change handlers retry a stalled TrainJob so that fixing the cause unblocks it."""
-    if plan.phase == machine.STALLED:
-        raise kopf.TemporaryError(
-            "waiting for the problem in status.conditions[Stalled] to be fixed",
-            delay=CONFIG.preflight_retry_seconds,
-        )
-
-
-@kopf.on.create(GROUP, VERSION, PLURAL, id="create")
-@kopf.on.resume(GROUP, VERSION, PLURAL, id="resume")
-@kopf.on.update(GROUP, VERSION, PLURAL, id="update", field="spec")
 def on_change(
     reason: str,
+    namespace: str | None,
+    name: str,
     body: kopf.Body,
-    patch: kopf.Patch,
-    logger: kopf.Logger,
-    rayjobs: kopf.Index[Any, Any] | None = None,
-    rayclusters: kopf.Index[Any, Any] | None = None,
+    memo: kopf.Memo,
     **_: Any,
 ) -> None:
-    """Creation, a spec change and the operator's start: one pass, labelled with the cause.
+    """Creation, a spec change and the operator's start: the TrainJob is queued, its pass
+    labelled with the cause.
 
     Three registrations of one function, each with an explicit id: kopf stores a handler's
     progress under its id, and logs name it ("Handler 'create' succeeded").
     """
-    handler = kopf.Reason(reason).value
-    WAKER.capture(rayjobs, rayclusters)
-    _retry_if_stalled(reconcile(handler, body, patch, logger, rayjobs, rayclusters))
+    if namespace is None:
+        return
+    cause = kopf.Reason(reason).value
+    created = dict(body) if cause == kopf.Reason.CREATE.value else None
+    engine_of(memo).enqueue((namespace, name), cause, created=created)
 
 
 def trainjob_state(
@@ -73,7 +60,6 @@ def trainjob_state(
     )
 
 
-@kopf.index(GROUP, VERSION, PLURAL, id="trainjob_states")
 def trainjob_states(
     namespace: str | None, name: str, status: kopf.Status, **_: Any
 ) -> dict[tuple[str | None, str], metrics.TrainJobState]:
@@ -81,7 +67,6 @@ def trainjob_states(
     return {(namespace, name): trainjob_state(status, namespace, name)}
 
 
-@kopf.on.startup(id="metrics")
 def serve_trainjob_metrics(
     trainjob_states: kopf.Index[tuple[str | None, str], metrics.TrainJobState] | None = None,
     **_: Any,
@@ -94,3 +79,11 @@ def serve_trainjob_metrics(
         return [state for store in index.values() for state in store]
 
     metrics.watch_trainjobs(states)
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    kopf.on.create(GROUP, VERSION, PLURAL, id="create", registry=registry)(on_change)
+    kopf.on.resume(GROUP, VERSION, PLURAL, id="resume", registry=registry)(on_change)
+    kopf.on.update(GROUP, VERSION, PLURAL, id="update", field="spec", registry=registry)(on_change)
+    kopf.index(GROUP, VERSION, PLURAL, id="trainjob_states", registry=registry)(trainjob_states)
+    kopf.on.startup(id="metrics", registry=registry)(serve_trainjob_metrics)

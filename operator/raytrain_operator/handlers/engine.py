@@ -1,0 +1,329 @@
+"""The reconcile engine: the one place that runs passes, writes TrainJobs, and stops.
+
+One `Engine` is built at start-up (`__main__`) and reached by kopf's handlers through kopf's
+`memo`. Everything passes share lives in it: the settings and the pass state (handlers/state.py),
+the work queue (handlers/queue.py), the memory of what passes read, kopf's indexes.
+
+- kopf's handlers only queue: a TrainJob created, resumed or with a new spec, a RayJob or
+  RayCluster of one that changed, a new runtime report (handlers/trainjobs.py, events.py).
+- A pass reads the TrainJob from the API server (a new one: as its creation event showed it),
+  runs `reconcile`, and the engine carries out what it returned: the status patch (the only
+  write of a TrainJob, `write`), the Events, what was seen, and the next time the job is due.
+  Nothing runs per job while nothing happens: a job is queued again only for a time its plan
+  names (a deadline, a grace period, the TTL, a starting cluster's pods, a stalled check).
+- A missed event is caught by the resync of the whole set: every `config.resync_seconds` the
+  TrainJobs, RayJobs and RayClusters are listed (a few requests) and compared with what the
+  passes read; only a job that differs is queued.
+- While another instance holds the peering (handlers/peering.py) the queue starts no pass and
+  this process's client refuses every write, passes already queued included; when the pause
+  ends, a resync catches up. `stop` (kopf's clean-up, before the process ends) closes both for
+  good.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from raytrain_contract.api.v1alpha1 import GROUP, PLURAL, VERSION
+from raytrain_contract.meta import LABEL_TRAINJOB
+from raytrain_operator import k8s, metrics
+from raytrain_operator.handlers.peering import PeeringWatch
+from raytrain_operator.handlers.queue import Key, Seen, WorkQueue
+from raytrain_operator.handlers.reconcile import (
+    PassResult,
+    needs_operator,
+    reconcile,
+    still_needs_operator,
+)
+from raytrain_operator.handlers.state import PassState
+from raytrain_operator.k8s import RAY_GROUP, RAY_VERSION, RAYCLUSTERS, RAYJOBS
+from raytrain_operator.settings import OperatorConfig
+
+LOG = logging.getLogger("raytrain_operator.engine")
+
+#: After a write refused because the TrainJob was replaced meanwhile: queued again this later.
+CONFLICT_RETRY_SECONDS = 0.5
+#: How long `stop` waits for the passes that run.
+STOP_SECONDS = 10.0
+#: Label of a RayCluster made for a RayJob: the RayJob's name.
+ORIGINATED_FROM = "ray.io/originated-from-cr-name"
+
+
+class _ObjectLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Log lines of a pass, prefixed like kopf's per-object lines."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return f"[{self.extra['key']}] {msg}" if self.extra else msg, kwargs
+
+
+def cluster_entry(status: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a RayCluster a pass reads (handlers/rayjobs.py keeps the same in its index)."""
+    failure = None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+            failure = {"reason": cond.get("reason"), "message": cond.get("message")}
+    return {
+        "desiredWorkerReplicas": status.get("desiredWorkerReplicas"),
+        "readyWorkerReplicas": status.get("readyWorkerReplicas"),
+        "replicaFailure": failure,
+    }
+
+
+class Engine:
+    def __init__(self, config: OperatorConfig, identity: str = "") -> None:
+        self.config = config
+        self.identity = identity
+        self.state = PassState(config)
+        self.queue = WorkQueue(self.run_pass, config.workers)
+        self.seen = Seen()
+        #: kopf's indexes (rayjobs, rayclusters), handed over at start-up.
+        self.indexes: tuple[Any, Any] = (None, None)
+        #: A new TrainJob as its creation event showed it: its first pass reads nothing.
+        self._created: dict[Key, dict[str, Any]] = {}
+        self._guard = threading.Lock()
+        self._paused = False
+        self._stopped = threading.Event()
+        #: kopf's Event settings (component, instance): the engine's Events look like kopf's.
+        self._posting = kopf.OperatorSettings().posting
+        self.peering: PeeringWatch | None = None
+        self._resync_thread: threading.Thread | None = None
+        self._resync_now = threading.Event()
+
+    # ------------------------------------------------------------------------ life cycle
+
+    def start(self, indexes: tuple[Any, Any] = (None, None), peering: bool = True) -> None:
+        """Called from kopf's start-up handler, before kopf's watches begin: keeps kopf's
+        indexes, installs the write gate and the user agent of this process's client, and
+        starts the peering watch and the resync."""
+        self.indexes = indexes
+        agent = f"raytrain-operator ({self.identity})" if self.identity else None
+        k8s.configure(user_agent=agent, may_write=self.may_write)
+        if peering and self.config.peering_mode != "off":
+            self.peering = PeeringWatch(
+                self.config.peering_name,
+                list(self.config.namespaces),
+                self.identity,
+                self.config.peering_priority,
+                self.set_paused,
+            )
+            self.peering.start()
+        self._resync_thread = threading.Thread(
+            target=self._resync_loop, name="raytrain-resync", daemon=True
+        )
+        self._resync_thread.start()
+
+    def stop(self) -> None:
+        """No pass starts and nothing is written from now on; waits for running passes."""
+        self._stopped.set()
+        self._resync_now.set()
+        if self.peering is not None:
+            self.peering.stop()
+        if not self.queue.stop(STOP_SECONDS):
+            LOG.warning(f"Passes still running after {STOP_SECONDS:g} s: {self.queue.running()}")
+        self.state.shutdown()
+
+    def may_write(self) -> bool:
+        with self._guard:
+            return not self._paused and not self._stopped.is_set()
+
+    @property
+    def paused(self) -> bool:
+        with self._guard:
+            return self._paused
+
+    def set_paused(self, paused: bool) -> None:
+        with self._guard:
+            self._paused = paused
+        metrics.PAUSED.set(1 if paused else 0)
+        if paused:
+            self.queue.pause()
+        else:
+            self.queue.resume()
+            # What happened during the pause came to the other instance, not here.
+            self._resync_now.set()
+
+    # --------------------------------------------------------------------------- queuing
+
+    def enqueue(
+        self,
+        key: Key,
+        cause: str = "wake",
+        delay: float = 0.0,
+        created: Mapping[str, Any] | None = None,
+    ) -> None:
+        with self._guard:
+            if created is not None:
+                self._created[key] = dict(created)
+            else:
+                # Anything after the creation: the pass reads the TrainJob as it is now.
+                self._created.pop(key, None)
+        self.queue.schedule(key, delay, cause)
+
+    def forget(self, namespace: str, name: str, uid: str | None) -> None:
+        """The TrainJob is gone: what the engine kept of it, and its queued pass, go."""
+        key = (namespace, name)
+        self.queue.forget(key)
+        self.seen.forget_trainjob(namespace, name)
+        with self._guard:
+            self._created.pop(key, None)
+        if uid:
+            self.state.forget(uid)
+
+    # ------------------------------------------------------------------------ one pass
+
+    def run_pass(self, key: Key, cause: str) -> None:
+        """One pass over a TrainJob; writes its status, posts its Events, queues it when due.
+
+        A job the operator has no more work on (finished, TTL clean-up done) or that is being
+        deleted gets no pass."""
+        namespace, name = key
+        with self._guard:
+            obj = self._created.pop(key, None)
+        try:
+            if obj is None:
+                obj = k8s.get_trainjob(namespace, name)
+            if obj is None:
+                return
+            metadata = obj.get("metadata") or {}
+            if metadata.get("deletionTimestamp") or not needs_operator(
+                obj.get("spec") or {}, obj.get("status") or {}, metadata.get("annotations") or {}
+            ):
+                self.seen.saw_trainjob(obj)
+                return
+            logger = _ObjectLogger(LOG, {"key": f"{namespace}/{name}"})
+            result = reconcile(self.state, cause, obj, logger, *self.indexes)
+            self._carry_out(key, obj, result, logger)
+        except kopf.TemporaryError as exc:
+            # The API server did not answer (reconcile names it): soon, as kopf would.
+            delay = float(exc.delay) if exc.delay is not None else 2.0
+            LOG.warning(f"[{namespace}/{name}] {exc}")
+            self.queue.schedule(key, delay, "retry")
+        except k8s.WritesPaused:
+            # Paused or stopping in the middle of the pass: it runs again after the pause.
+            self.queue.schedule(key, 0.0, cause)
+
+    def _carry_out(
+        self, key: Key, obj: Mapping[str, Any], result: PassResult, logger: _ObjectLogger
+    ) -> None:
+        namespace, name = key
+        for rayjob in result.seen_rayjobs:
+            self.seen.saw_rayjob(namespace, rayjob)
+        self.seen.saw_trainjob(obj)
+        if result.write:
+            if not self.write(namespace, name, obj.get("metadata") or {}, result.patch):
+                metrics.WAKE_CONFLICTS.inc()
+                self.queue.schedule(key, CONFLICT_RETRY_SECONDS, "wake")
+                return
+            metadata = obj.get("metadata") or {}
+            involved = {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": metadata.get("name"),
+                "uid": metadata.get("uid"),
+                "namespace": metadata.get("namespace"),
+            }
+            for event in result.events:
+                k8s.post_event(
+                    involved,
+                    "Warning" if event.warning else "Normal",
+                    event.reason,
+                    event.message,
+                    self._posting.reporting_component,
+                    self._posting.reporting_instance,
+                )
+        if result.due_in is not None and (
+            not result.write or still_needs_operator(obj, result.patch)
+        ):
+            metrics.WAKEUPS.labels(cause=result.due_why).inc()
+            self.queue.schedule(key, result.due_in, result.due_why)
+
+    def write(
+        self, namespace: str, name: str, metadata: Mapping[str, Any], patch: kopf.Patch
+    ) -> bool:
+        """Write a pass's patch (annotations, status) over the TrainJob it read.
+
+        The precondition is the TrainJob's uid: a TrainJob deleted and created again under the
+        same name gets nothing of the old one's pass (False). Other writers' changes in between
+        (kopf's bookkeeping annotations, the runtime's report, a spec edit) each bring their own
+        event and so the next pass; the operator's fields have no other writer.
+        """
+        precondition: dict[str, Any] = {"uid": metadata.get("uid")}
+        annotations = dict((patch.get("metadata") or {}).get("annotations") or {})
+        status = dict(patch.get("status") or {})
+        if annotations:
+            body = {"metadata": {**precondition, "annotations": annotations}}
+            if not k8s.patch_trainjob(namespace, name, body):
+                return False
+        if status:
+            body = {"metadata": precondition, "status": status}
+            if not k8s.patch_trainjob(namespace, name, body, subresource="status"):
+                return False
+        return True
+
+    # ----------------------------------------------------------------------- the resync
+
+    def _resync_loop(self) -> None:
+        while not self._stopped.is_set():
+            self._resync_now.wait(self.config.resync_seconds)
+            self._resync_now.clear()
+            if self._stopped.is_set():
+                return
+            if self.paused:
+                continue
+            try:
+                self.resync()
+            except Exception as exc:
+                LOG.warning(f"The resync failed: {exc!r}; the next one is due as usual.")
+
+    def resync(self) -> int:
+        """List and compare the whole set; queue each TrainJob that shows something no pass
+        read. Returns how many were queued."""
+        metrics.RESYNCS.inc()
+        queued: set[Key] = set()
+        namespaces: list[str | None] = list(self.config.namespaces) or [None]
+        for ns in namespaces:
+            for obj in k8s.list_all(GROUP, VERSION, PLURAL, ns):
+                metadata = obj.get("metadata") or {}
+                key = (str(metadata.get("namespace")), str(metadata.get("name")))
+                if (
+                    not metadata.get("deletionTimestamp")
+                    and needs_operator(
+                        obj.get("spec") or {},
+                        obj.get("status") or {},
+                        metadata.get("annotations") or {},
+                    )
+                    and self.seen.trainjob_news(obj)
+                ):
+                    queued.add(key)
+            listed: set[Key] = set()
+            selector = f"{LABEL_TRAINJOB}"
+            for rayjob in k8s.list_all(RAY_GROUP, RAY_VERSION, RAYJOBS, ns, selector):
+                metadata = rayjob.get("metadata") or {}
+                namespace = str(metadata.get("namespace"))
+                listed.add((namespace, str(metadata.get("name"))))
+                if self.seen.rayjob_news(namespace, rayjob):
+                    queued.add((namespace, str((metadata.get("labels") or {})[LABEL_TRAINJOB])))
+            for namespace, name in self.seen.rayjobs() - listed:
+                if ns is None or namespace == ns:
+                    # Gone without our seeing its DELETED event: its TrainJob decides again.
+                    self.seen.rayjob_gone(namespace, name)
+                    owner = name.rsplit("-", 1)[0]
+                    queued.add((namespace, owner))
+            selector = f"{LABEL_TRAINJOB},{ORIGINATED_FROM}"
+            for cluster in k8s.list_all(RAY_GROUP, RAY_VERSION, RAYCLUSTERS, ns, selector):
+                metadata = cluster.get("metadata") or {}
+                namespace = str(metadata.get("namespace"))
+                entry = cluster_entry(cluster.get("status") or {})
+                if self.seen.cluster_news(namespace, str(metadata.get("name")), entry):
+                    queued.add((namespace, str((metadata.get("labels") or {})[LABEL_TRAINJOB])))
+        for key in sorted(queued):
+            metrics.WAKEUPS.labels(cause="resync").inc()
+            self.queue.schedule(key, 0.0, "resync")
+        if queued:
+            LOG.info(f"The resync found {len(queued)} TrainJob(s) changed without an event.")
+        return len(queued)
