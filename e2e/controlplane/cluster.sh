@@ -15,6 +15,7 @@
 #                                cluster's network and mount namespaces, KUBECONFIG set and our
 #                                kubectl first on PATH: how a shell of the host reaches a cluster
 #                                that lives in a namespace of e2e/netns/run.sh
+#   cluster.sh audit-log         print the path of the API server's audit log (RAYTRAIN_AUDIT=1)
 #   cluster.sh restart-apiserver [SECONDS]
 #                                stop the API server, keep it down SECONDS (default 0), start it
 #                                again with the same command line; the rest keeps running
@@ -27,7 +28,8 @@
 # default 4), RAYTRAIN_CACHE (binaries, default ~/.cache/raytrain), RAYTRAIN_STATE (cluster
 # state, default $RAYTRAIN_CACHE/state), RAYTRAIN_UP_TIMEOUT (seconds per wait, default 180),
 # RAYTRAIN_REAL_NODE (1: as --real-node), RAYTRAIN_RUN_DIR (the real node's sockets, default
-# /run/raytrain: e2e/realnode/node.sh).
+# /run/raytrain: e2e/realnode/node.sh), RAYTRAIN_AUDIT (1: the API server logs every write, who
+# sent it and with which user agent, at the Metadata level: `cluster.sh audit-log`).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -48,6 +50,8 @@ REALNODE_SH="$REPO/e2e/realnode/node.sh"
 REALNODE_IP=10.245.0.1             # the real node's IP (e2e/realnode/node.sh)
 KUBERNETES_SERVICE_IP=10.97.0.1    # first address of --service-cluster-ip-range below
 REAL_NODE="${RAYTRAIN_REAL_NODE:-0}"
+AUDIT="${RAYTRAIN_AUDIT:-0}"
+AUDIT_POLICY="$STATE/audit-policy.yaml"
 
 K8S_BIN="$(bindir k8s)"
 ETCD_BIN="$(bindir etcd)"
@@ -147,11 +151,26 @@ write_kwokctl_config() {
     bind_args="  - key: bind-address
     value: 0.0.0.0"
   fi
+  local audit=""
+  if [ "$AUDIT" = 1 ]; then
+    # Writes only (reads and watches would flood it), without bodies.
+    cat >"$AUDIT_POLICY" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+EOF
+    audit="  kubeAuditPolicy: $AUDIT_POLICY"
+  fi
   cat >"$STATE/kwokctl.yaml" <<EOF
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
 options:
   runtime: binary
+$audit
   bindAddress: 127.0.0.1
   # The certificate names what pods dial: the node's IP and the \`kubernetes\` Service's IP.
   kubeApiserverCertSANs: ["$REALNODE_IP", "$KUBERNETES_SERVICE_IP"]
@@ -628,6 +647,7 @@ case "${1:-}" in
   status) cmd_status ;;
   kubeconfig) cmd_kubeconfig ;;
   import-image) cmd_import_image "${@:2}" ;;
+  audit-log) echo "$KWOK_WORKDIR/clusters/$CLUSTER/logs/audit.log" ;;
   socket) cmd_socket ;;
   enter) cmd_enter "${@:2}" ;;
   node-down) with_lock cmd_node_down ;;

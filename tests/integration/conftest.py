@@ -190,7 +190,12 @@ class _ClusterSession:
             # No timeout: the first build is long, and its progress is in the log.
             proc = subprocess.run(
                 ["bash", str(CLUSTER_SH), "up"],
-                env={**os.environ, "RAYTRAIN_REAL_NODE": "1"} if self.real_node else None,
+                # The audit log of writes: what each operator process sent (test_standby_server.py).
+                env={
+                    **os.environ,
+                    "RAYTRAIN_AUDIT": "1",
+                    **({"RAYTRAIN_REAL_NODE": "1"} if self.real_node else {}),
+                },
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
