@@ -383,7 +383,7 @@ def test_a_pass_queues_its_job_again_only_for_what_falls_due(
     assert causes == ([] if due is None else [due])
 
 
-def test_a_starting_cluster_is_looked_at_when_due_and_then_every_interval() -> None:
+def test_a_starting_cluster_is_looked_at_when_due_and_then_less_and_less_often() -> None:
     now = datetime(2026, 11, 23, 10, 0, 0, tzinfo=timezone.utc)
 
     def started(seconds_ago: float, deployment: str = "Initializing") -> dict[str, Any]:
@@ -391,8 +391,13 @@ def test_a_starting_cluster_is_looked_at_when_due_and_then_every_interval() -> N
         return rayjob({"jobDeploymentStatus": deployment, "startTime": when})
 
     look = reconcile._unschedulable_look
-    assert look(started(3), now, 60) == pytest.approx(7.5)
-    assert look(started(11), now, 60) == 60
+    assert look(started(3), now, 300) == pytest.approx(7.5)
+    # Looks at 10, 70, 190, 430 s after the start, then 300 s apart (the resync interval).
+    assert look(started(11), now, 300) == pytest.approx(59.5)
+    assert look(started(100), now, 300) == pytest.approx(90.5)
+    assert look(started(200), now, 300) == pytest.approx(230.5)
+    assert look(started(500), now, 300) == pytest.approx(230.5)
+    assert look(started(11), now, 2) == pytest.approx(1.5)
     assert look(started(3, "Running"), now, 60) is None
     assert look(rayjob({"jobDeploymentStatus": "Initializing"}), now, 60) is None
     assert look(None, now, 60) is None

@@ -41,9 +41,10 @@ Logger = logging.Logger | logging.LoggerAdapter[Any]
 #: Pods of a cluster that is still starting are looked at (for Unschedulable) after this long.
 UNSCHEDULABLE_CHECK_AFTER_SECONDS = 10.0
 
-#: A starting cluster whose pods showed no problem is looked at again this often (or every
-#: resync interval, if that is shorter).
-UNSCHEDULABLE_LOOK_EVERY_SECONDS = 60.0
+#: A starting cluster whose pods showed no problem is looked at again this long after the first
+#: look, then twice as long after that, and so on, up to the resync interval apart: a cluster
+#: that starts for long costs less and less.
+UNSCHEDULABLE_LOOK_AGAIN_SECONDS = 60.0
 
 #: A pass that found its picture out of date runs again this much later.
 FENCED_RETRY_SECONDS = 1.0
@@ -277,17 +278,22 @@ def announce_failure(meta: Meta, attempt: int, found: triage.Triage) -> Event:
 
 
 def _unschedulable_look(
-    rayjob: Mapping[str, Any] | None, now: datetime, every: float
+    rayjob: Mapping[str, Any] | None, now: datetime, longest: float
 ) -> float | None:
-    """Seconds until a starting cluster's pods are looked at: first when
-    UNSCHEDULABLE_CHECK_AFTER_SECONDS have passed since it started, then every `every` seconds
-    while it starts. None when it is not starting."""
+    """Seconds until a starting cluster's pods are looked at: UNSCHEDULABLE_CHECK_AFTER_SECONDS
+    after it started, then UNSCHEDULABLE_LOOK_AGAIN_SECONDS after that look, each next wait twice
+    the last, at most `longest`. Counted from the start, so a pass an event brings in between
+    moves nothing. None when it is not starting."""
     status = (rayjob or {}).get("status") or {}
     started = parse_rfc3339(status.get("startTime"))
     if started is None or status.get("jobDeploymentStatus") != "Initializing":
         return None
-    left = UNSCHEDULABLE_CHECK_AFTER_SECONDS - (now - started).total_seconds()
-    return left + 0.5 if left > -0.5 else every
+    elapsed = (now - started).total_seconds()
+    at, wait = UNSCHEDULABLE_CHECK_AFTER_SECONDS, UNSCHEDULABLE_LOOK_AGAIN_SECONDS
+    while at <= elapsed - 0.5:
+        at += min(wait, longest)
+        wait *= 2
+    return at - elapsed + 0.5
 
 
 def with_cluster_workers(rayjob: dict[str, Any], index: Any) -> dict[str, Any]:
@@ -483,8 +489,7 @@ def _pass(
         # Nothing announces a pod the scheduler cannot place: a starting cluster's pods are
         # looked at when due, and again every resync interval while it starts and no problem
         # was found (a problem found is in the status; KubeRay's next change brings a pass).
-        every = min(UNSCHEDULABLE_LOOK_EVERY_SECONDS, state.config.resync_seconds)
-        result.due(_unschedulable_look(rayjob, now, every), "due")
+        result.due(_unschedulable_look(rayjob, now, state.config.resync_seconds), "due")
     if plan.phase == machine.STALLED:
         stalled = conditions.find(plan.status["conditions"], conditions.STALLED) or {}
         logger.warning(f"Stalled ({stalled.get('reason')}): {stalled.get('message')}")
