@@ -265,15 +265,47 @@ def report_event(
 def test_a_new_runtime_report_queues_the_trainjob_and_our_own_status_writes_do_not(
     engine: Engine,
 ) -> None:
-    engine.seen.saw_trainjob({"metadata": {"namespace": "team-a", "name": "digits"}})
-    report_event(engine, "MODIFIED", None)  # e.g. the operator's own condition update
+    read = {
+        "metadata": {"uid": UID, "namespace": "team-a", "name": "digits"},
+        "status": {"trainerStatus": None, "phase": "Pending"},
+    }
+    patch = kopf.Patch()
+    patch.status["phase"] = "Running"
+    engine.seen.saw_trainjob(engine_module.written(read, patch))  # what the pass wrote
+    report_event(engine, "MODIFIED", None, phase="Running")  # the event of that write
     assert keys(engine) == []
-    report_event(engine, "MODIFIED", {"phase": "Succeeded", "lastUpdatedTime": "2026-11-23T10:00Z"})
+    report_event(
+        engine,
+        "MODIFIED",
+        {"phase": "Succeeded", "lastUpdatedTime": "2026-11-23T10:00Z"},
+        phase="Running",
+    )
     assert keys(engine) == [("team-a", "digits")]
 
 
+def test_a_status_someone_else_changed_queues_the_trainjob(engine: Engine) -> None:
+    """A lost patch, a hand edit: the status is not what the operator wrote."""
+    engine.seen.saw_trainjob(
+        {
+            "metadata": {"uid": UID, "namespace": "team-a", "name": "digits"},
+            "status": {"trainerStatus": None, "attempt": 1},
+        }
+    )
+    report_event(engine, "MODIFIED", None, attempt=1)
+    assert keys(engine) == []
+    report_event(engine, "MODIFIED", None, attempt=0)
+    assert keys(engine) == [("team-a", "digits")]
+
+
+def test_an_event_of_a_trainjob_no_pass_read_queues_nothing(engine: Engine) -> None:
+    """kopf's change handlers bring new TrainJobs (and kopf's own annotation patch of one must
+    not queue a second pass beside its first)."""
+    report_event(engine, "MODIFIED", {"phase": "Running"})
+    assert keys(engine) == []
+
+
 def test_a_report_on_a_finished_job_queues_nothing(engine: Engine) -> None:
-    engine.seen.saw_trainjob({"metadata": {"namespace": "team-a", "name": "digits"}})
+    engine.seen.saw_trainjob({"metadata": {"uid": UID, "namespace": "team-a", "name": "digits"}})
     finished = {"conditions": [{"type": "Succeeded", "status": "True"}]}
     report_event(engine, "MODIFIED", {"phase": "Succeeded"}, **finished)
     assert keys(engine) == []
@@ -426,6 +458,7 @@ def test_the_resync_queues_only_what_changed_without_an_event(
     # A TrainJob no pass has read (its ADDED event was missed), and a spec change:
     other = {**manifest(), "metadata": {**job["metadata"], "name": "other"}}
     listed["trainjobs"] = [{**job, "metadata": {**job["metadata"], "generation": 2}}, other]
+    assert engine.seen.trainjob_news(listed["trainjobs"][0])
     engine.seen.saw_rayjob("team-a", listed["rayjobs"][0])
     engine.queued.clear()  # type: ignore[attr-defined]
     assert engine.resync() == 2
@@ -458,3 +491,11 @@ def test_a_live_peer_of_higher_or_equal_priority_pauses_and_a_dead_one_does_not(
     assert blocking == ["newer"] and ends_in == pytest.approx(50, abs=1)
     assert blocking_peers({**status, "twin": status["me"]}, "me", 5, now)[0] == ["newer", "twin"]
     assert blocking_peers(status, "newer", 9, now) == ([], None)
+
+
+def test_what_a_pass_wrote_is_a_merge_patch_of_what_it_read() -> None:
+    patch = kopf.Patch()
+    patch.status["workers"] = {"ready": 2}
+    patch.status["resumedFrom"] = None
+    read = {"status": {"workers": {"desired": 2, "ready": 0}, "resumedFrom": "s3://b/c"}}
+    assert engine_module.written(read, patch)["status"] == {"workers": {"desired": 2, "ready": 2}}

@@ -74,6 +74,25 @@ def cluster_entry(status: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def merged(target: Any, patch: Any) -> Any:
+    """A JSON merge patch (RFC 7386) applied to `target`: objects merge, None removes a key,
+    anything else replaces."""
+    if not isinstance(patch, Mapping):
+        return patch
+    out = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merged(out.get(key), value)
+    return out
+
+
+def written(obj: Mapping[str, Any], patch: kopf.Patch) -> dict[str, Any]:
+    """`obj` as the API server has it once a pass's status patch is written."""
+    return {**obj, "status": merged(obj.get("status") or {}, dict(patch.get("status") or {}))}
+
+
 class Engine:
     def __init__(self, config: OperatorConfig, identity: str = "") -> None:
         self.config = config
@@ -213,10 +232,13 @@ class Engine:
         namespace, name = key
         for rayjob in result.seen_rayjobs:
             self.seen.saw_rayjob(namespace, rayjob)
-        self.seen.saw_trainjob(obj)
+        # The TrainJob as it will be once this pass's status is written, recorded before the
+        # write: the event of the write itself then shows nothing new.
+        self.seen.saw_trainjob(written(obj, result.patch) if result.write else obj)
         if result.write:
             if not self.write(namespace, name, obj.get("metadata") or {}, result.patch):
                 metrics.WAKE_CONFLICTS.inc()
+                self.seen.forget_trainjob(namespace, name)
                 self.queue.schedule(key, CONFLICT_RETRY_SECONDS, "wake")
                 return
             metadata = obj.get("metadata") or {}

@@ -5,9 +5,10 @@
   (the ADDED event of a RayJob the operator has just created, a change of fields no pass
   reads) queues nothing.
 - One of their RayClusters changes what a pass reads of it (worker counts, ReplicaFailure).
-- The runtime's report (`status.trainerStatus`) changes: a MODIFIED event of the TrainJob
-  whose report differs from what the last pass read (kopf's change handlers react to the spec
-  only). The TrainJob is gone: what the engine kept of it is dropped.
+- The runtime's report (`status.trainerStatus`) changes, or someone else changes the status the
+  operator wrote: a MODIFIED event of the TrainJob whose status differs from what the last pass
+  read and wrote (kopf's change handlers react to the spec only). The TrainJob is gone: what
+  the engine kept of it is dropped.
 
 The handlers are coroutines: what they do takes microseconds, and kopf would hand a plain
 function to its thread pool. They reach the engine through kopf's memo (`memo.engine`).
@@ -89,8 +90,9 @@ async def trainjob_changed(
     uid: str | None = None,
     **_: Any,
 ) -> None:
-    """The runtime wrote a new report: the TrainJob is queued. The TrainJob is gone: what the
-    engine kept of it is dropped."""
+    """The runtime wrote a new report, or someone else changed what the operator wrote: the
+    TrainJob is queued (its own status writes and kopf's annotations queue nothing). The
+    TrainJob is gone: what the engine kept of it is dropped."""
     if namespace is None:
         return
     engine = engine_of(memo)
@@ -100,7 +102,7 @@ async def trainjob_changed(
     elif (
         type == "MODIFIED"
         and needs_operator(spec, status, meta.get("annotations") or {})
-        and engine.seen.report_news(namespace, name, body)
+        and engine.seen.trainjob_news(body, known_only=True)
     ):
         metrics.WAKEUPS.labels(cause="report").inc()
         engine.enqueue((namespace, name))

@@ -181,16 +181,16 @@ def fingerprint(obj: Mapping[str, Any]) -> str:
 
 
 def trainjob_fingerprint(obj: Mapping[str, Any]) -> str:
-    """What of a TrainJob changes without the operator: its spec (generation), the runtime's
-    report, its deletion. The operator's own status writes are not in it."""
+    """What of a TrainJob a pass reads: its spec (generation), its deletion and its status (the
+    runtime's report and the operator's own fields, as the operator last wrote them: a change
+    by anyone else is news)."""
     metadata = obj.get("metadata") or {}
-    status = obj.get("status") or {}
     return json.dumps(
         [
             metadata.get("uid"),
             metadata.get("generation"),
-            status.get("trainerStatus"),
             bool(metadata.get("deletionTimestamp")),
+            dict(obj.get("status") or {}),
         ],
         sort_keys=True,
         default=str,
@@ -242,22 +242,17 @@ class Seen:
         with self._guard:
             self._trainjobs[key] = trainjob_fingerprint(obj)
 
-    def trainjob_news(self, obj: Mapping[str, Any]) -> bool:
-        """Whether a TrainJob shows a spec, report or deletion the last pass did not read
-        (True for one no pass has read)."""
+    def trainjob_news(self, obj: Mapping[str, Any], known_only: bool = False) -> bool:
+        """Whether a TrainJob differs from what the last pass read and wrote: a new spec, a
+        report, a status someone else changed, its deletion. True for one no pass has read,
+        unless `known_only` (a TrainJob event: kopf's change handlers bring new ones)."""
         metadata = obj.get("metadata") or {}
         key = (str(metadata.get("namespace")), str(metadata.get("name")))
         with self._guard:
-            return self._trainjobs.get(key) != trainjob_fingerprint(obj)
-
-    def report_news(self, namespace: str, name: str, obj: Mapping[str, Any]) -> bool:
-        """Whether a TrainJob event brings a report the last pass did not read (False for a
-        TrainJob no pass has read yet: its first pass comes from kopf's handlers)."""
-        with self._guard:
-            before = self._trainjobs.get((namespace, name))
+            before = self._trainjobs.get(key)
         if before is None:
-            return False
-        return bool(json.loads(before)[2] != (obj.get("status") or {}).get("trainerStatus"))
+            return not known_only
+        return before != trainjob_fingerprint(obj)
 
     def forget_trainjob(self, namespace: str, name: str) -> None:
         with self._guard:
