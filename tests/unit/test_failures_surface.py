@@ -231,7 +231,9 @@ def test_replica_failure_of_the_raycluster_reaches_reconciling() -> None:
     )
     index_entry = {key: [value] for key, value in entries.items()}  # as kopf's index holds it
     rj = rayjob(jobDeploymentStatus="Initializing", rayClusterName="digits-0-abc")
-    problem = reconcile.cluster_problem(PassState(), rj, index_entry, meta(), 0, NOW)
+    problem = reconcile.cluster_problem(
+        PassState(), rj, index_entry, meta(), 0, NOW, trainjob=trainjob()
+    )
     assert problem is not None and problem[0] == "ReplicaFailure"
     p = plan(rj, cluster_problem=problem)
     reconciling = cond(p, "Reconciling")
@@ -258,7 +260,7 @@ def test_a_host_network_worker_refused_for_its_ports_gets_advice_in_reconciling(
     monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: pods)
     started = rfc3339(NOW - timedelta(seconds=30))
     rj = rayjob(jobDeploymentStatus="Initializing", startTime=started)
-    problem = reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW)
+    problem = reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW, trainjob=trainjob())
     assert problem is not None and problem[0] == "Unschedulable"
     assert words in problem[1] and "spec.scaling.workersPerPod" in problem[1], problem
 
@@ -283,20 +285,17 @@ def test_unschedulable_pods_reach_reconciling_with_the_schedulers_message(
     monkeypatch.setattr(k8s, "list_pods", list_pods)
     started = rfc3339(NOW - timedelta(seconds=30))
     rj = rayjob(jobDeploymentStatus="Initializing", startTime=started)
-    problem = reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW)
+    job = trainjob()
+    problem = reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW, trainjob=job)
     assert problem == ("Unschedulable", f"pod digits-0-abc-worker-x cannot be scheduled: {words}")
     assert selectors == ["raytrain.dev/trainjob=digits,raytrain.dev/attempt=0"]
     p = plan(rj, cluster_problem=problem)
     assert words in cond(p, "Reconciling")["message"]
     # a cluster that has just started is not looked at yet; a Running one never
     fresh = rayjob(jobDeploymentStatus="Initializing", startTime=rfc3339(NOW))
-    assert reconcile.cluster_problem(PassState(), fresh, {}, meta(), 0, NOW) is None
-    assert (
-        reconcile.cluster_problem(
-            PassState(), rayjob(jobDeploymentStatus="Running"), {}, meta(), 0, NOW
-        )
-        is None
-    )
+    running = rayjob(jobDeploymentStatus="Running")
+    for rj in (fresh, running):
+        assert reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW, trainjob=job) is None
     assert len(selectors) == 1
 
 
@@ -309,6 +308,6 @@ def test_without_permission_to_list_pods_nothing_breaks(monkeypatch: pytest.Monk
     monkeypatch.setattr(k8s, "list_pods", forbidden)
     rj = rayjob(jobDeploymentStatus="Initializing", startTime=rfc3339(NOW - timedelta(minutes=5)))
     state = PassState()
-    assert reconcile.cluster_problem(state, rj, {}, meta(), 0, NOW) is None
-    assert reconcile.cluster_problem(state, rj, {}, meta(), 0, NOW) is None
+    assert reconcile.cluster_problem(state, rj, {}, meta(), 0, NOW, trainjob=trainjob()) is None
+    assert reconcile.cluster_problem(state, rj, {}, meta(), 0, NOW, trainjob=trainjob()) is None
     assert len(calls) == 1  # a 403 is not asked again on every pass

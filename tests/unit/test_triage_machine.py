@@ -238,7 +238,7 @@ def test_a_starting_cluster_whose_image_cannot_be_pulled_says_so(
 
     monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: [IMAGE_POD])
     rj = rayjob(deployment="Initializing", startTime=m.rfc3339(NOW - timedelta(seconds=30)))
-    problem = reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW)
+    problem = reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW, trainjob=tj())
     assert problem is not None and problem[0] == "ImagePullFailed"
     assert "ErrImageNeverPull" in problem[1] and "fix spec.image" in problem[1]
     p = run(tj(), {"attempt": 0}, rj, cluster_problem=problem)

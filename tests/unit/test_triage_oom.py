@@ -3,14 +3,20 @@ when it can be known, and the field that sizes that pod with its current value."
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from test_status_machine import cond, rayjob, run
+from _factories import meta
+from test_status_machine import NOW, cond, rayjob, run
 from test_triage import RAYJOB_FAILED, container, pod
 from test_triage_machine import failed_report, tj
 
+from raytrain_contract.timefmt import rfc3339
+from raytrain_operator import k8s
 from raytrain_operator.builders.pods import DEFAULT_HEAD_RESOURCES
+from raytrain_operator.handlers import reconcile
+from raytrain_operator.handlers.state import PassState
 from raytrain_operator.status.triage import Evidence, FailureClass, classify
 
 HEAD_IP, WORKER_IP = "10.244.0.12", "10.244.0.13"
@@ -235,3 +241,30 @@ def test_the_failed_condition_names_the_head_limit_the_spec_gives() -> None:
     p = run(tj(scaling=SMALLEST, head=no_limit), {"attempt": 0}, rj,
             attempt_pods=[HEAD_OOM_POD, *WORKERS])  # fmt: skip
     assert f"{HEAD_FIELD} (unset now)" in (cond(p, "Failed") or {})["message"]
+
+
+# ------------------------------------------------------------- while the cluster starts
+
+
+def test_a_starting_cluster_killed_for_memory_names_the_spec_values_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pods carry no limit of their own here: only the spec can say what the field is now.
+    worker = ray_pod("digits-0-abc-worker-b2", "worker", "10.244.0.14",
+                     containers=[oomkilled("ray-worker")])  # fmt: skip
+    seen: list[list[dict[str, Any]]] = [[HEAD, worker]]
+    monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: seen[0])
+    started = rfc3339(NOW - timedelta(seconds=30))
+    rj = rayjob(deployment="Initializing", startTime=started)
+
+    def problem(job: Any) -> tuple[str, str]:
+        found = reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW, trainjob=job)
+        assert found is not None and found[0] == "OOMKilled", found
+        return found
+
+    assert f"{WORKER_FIELD} (now 1Gi)" in problem(tj(scaling=SMALLEST))[1]
+    seen[0] = [HEAD_OOM_POD, *WORKERS]
+    message = problem(tj(scaling=SMALLEST))[1]
+    assert f"{HEAD_FIELD} (now {DEFAULT_HEAD_MEMORY}, the default)" in message, message
+    head = {"resources": {"requests": {"cpu": "1"}, "limits": {"memory": "6Gi"}}}
+    assert f"{HEAD_FIELD} (now 6Gi)" in problem(tj(scaling=SMALLEST, head=head))[1]

@@ -210,9 +210,12 @@ def cluster_problem(
     meta: Meta,
     attempt: int,
     now: datetime,
+    *,
+    trainjob: TrainJob,
 ) -> tuple[str, str] | None:
     """Why the cluster of a starting RayJob lacks pods: KubeRay's ReplicaFailure (a quota, an
-    admission webhook) or a pod the scheduler cannot place, with their own messages."""
+    admission webhook) or a pod the scheduler cannot place, with their own messages. `trainjob`
+    gives the memory settings that an OOMKilled message names as they are now."""
     status = rayjob.get("status") or {}
     if status.get("jobDeploymentStatus") not in ("Initializing", "", None):
         return None
@@ -246,7 +249,12 @@ def cluster_problem(
                 f"pod {name} cannot be scheduled: {message}" + (f"; {advice}" if advice else ""),
             )
     # An image that cannot be pulled, a container killed for memory, a node gone.
-    found = triage.classify_pods(pods)
+    found = triage.classify_pods(
+        pods,
+        (),
+        machine.worker_memory(trainjob),
+        head_memory=machine.head_memory(trainjob),
+    )
     return (found.reason, found.message) if found is not None else None
 
 
@@ -421,7 +429,9 @@ def _pass(
         )
         if rayjob is not None:
             rayjob = with_cluster_workers(rayjob, raycluster_index)
-            trouble = cluster_problem(state, rayjob, raycluster_index, meta, attempt, now)
+            trouble = cluster_problem(
+                state, rayjob, raycluster_index, meta, attempt, now, trainjob=trainjob
+            )
             if machine.attempt_failed(status, rayjob, attempt) or machine.deadline_passed(
                 status, trainjob, now
             ):

@@ -390,8 +390,8 @@ def plan(obs: Observation) -> Plan:
             found = triage.classify_pods(
                 obs.attempt_pods,
                 obs.attempt_events,
-                _worker_memory(tj),
-                head_memory=_head_memory(tj),
+                worker_memory(tj),
+                head_memory=head_memory(tj),
             )
             why = f" While it ran, {found.reason}: {found.message}." if found else ""
             return _fail(
@@ -476,8 +476,8 @@ def plan(obs: Observation) -> Plan:
             pods=obs.attempt_pods,
             events=obs.attempt_events,
             report=report,
-            worker_memory=_worker_memory(tj),
-            head_memory=_head_memory(tj),
+            worker_memory=worker_memory(tj),
+            head_memory=head_memory(tj),
         )
         return _attempt_failed(b, tj, attempt, restarts, failure, triage.classify(evidence))
 
@@ -769,13 +769,14 @@ def deadline_passed(status: Mapping[str, Any], tj: TrainJob | None, now: datetim
     return start is not None and (now - start).total_seconds() >= tj.spec.active_deadline_seconds
 
 
-def _worker_memory(tj: TrainJob) -> str | None:
+def worker_memory(tj: TrainJob) -> str | None:
+    """spec.scaling.resourcesPerWorker.memory as written, for the OOM advice."""
     resources = tj.spec.scaling.resources_per_worker
     memory = resources.memory if resources is not None else None
     return str(memory) if memory is not None else None
 
 
-def _head_memory(tj: TrainJob) -> str | None:
+def head_memory(tj: TrainJob) -> str | None:
     """The head's memory limit as the builders give it: spec.head.resources replace the
     default whole (builders/pods.py), so a resources without a memory limit leaves none."""
     head = tj.spec.head
