@@ -27,6 +27,17 @@ fi
 scripts="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null || true)"
 ours="$(bindir k8s):$(node_bindir helm)${scripts:+:$scripts}"
 export PATH="$ours:$PATH"
+# MinIO, the checkpoint store make up started, as this shell reaches it: raytrain submit --code
+# uploads there (AWS_ENDPOINT_URL_S3 is the CLI's endpoint when --s3-endpoint is not given; pods
+# use the job's own spec.storage.s3.endpoint, minio.raytrain-system:9000).
+world="$(dirname "$kubeconfig")/world.json"
+if [ -f "$world" ]; then
+  port="$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["minio_port"])' "$world")"
+  export AWS_ENDPOINT_URL_S3="http://127.0.0.1:$port"
+fi
+# No instance metadata service exists in the namespace: the AWS SDK's credential chain skips it
+# and the CLI goes on to the job's own credentialsSecret.
+export AWS_EC2_METADATA_DISABLED=true
 
 if [ $# -eq 0 ]; then
   rc="$(dirname "$kubeconfig")/shell.rc" # in the cluster's state dir: `make down` removes it
@@ -37,6 +48,7 @@ PS1="($RAYTRAIN_CLUSTER) \$PS1"
 cd "$ROOT"
 echo "In the local cluster $RAYTRAIN_CLUSTER (KUBECONFIG=$kubeconfig); exit leaves it running, make down stops it."
 echo "Try: python scripts/on_real_node.py examples/digits.yaml | kubectl apply -f -   then: kubectl get rtj digits -w"
+echo "Your own code: raytrain submit JOB.yaml --code DIR (uploads to MinIO at \$AWS_ENDPOINT_URL_S3)"
 EOF
   set -- bash --rcfile "$rc" -i
 fi
