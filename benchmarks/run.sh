@@ -13,3 +13,10 @@ done
 # The real node lives only inside a network namespace of its own (e2e/netns/run.sh).
 echo "== benchmarks/netpol_admission.py"
 bash e2e/netns/run.sh python benchmarks/netpol_admission.py
+echo "== benchmarks/realpod_code.py"
+python benchmarks/realpod_code.py
+# The head's memory is measured on the cluster a user starts (make up), stopped after.
+echo "== benchmarks/head_memory.py (on make up's cluster)"
+make up >/dev/null
+trap 'make down >/dev/null' EXIT
+python benchmarks/head_memory.py --runs 2
