@@ -5,9 +5,10 @@ command as written: `make up` starts the demo's world and leaves it running; in 
 shell (`bash scripts/shell.sh CMD`, the one-command form of `make shell`) the user places the
 job on the real node (`python scripts/on_real_node.py`) and submits it with `--code DIR`, a
 folder in no image; the job trains to Succeeded with its checkpoints in MinIO; one line edited
-and submitted again with `--replace` runs the new line (no image build, no import); `make down`
-leaves nothing running. The TrainJob sets no size: the head and the workers keep the defaults
-the docs name, and on_real_node.py scales only CPU (the node has two).
+and submitted again with `--replace` runs the new line (no image build, no import); the README's
+digits command trains too; `make down` leaves nothing running. The TrainJob sets no size: the
+head and the workers keep the defaults the docs name, and on_real_node.py scales only CPU (the
+node has two).
 """
 
 from __future__ import annotations
@@ -181,6 +182,14 @@ def test_make_up_trains_a_folder_in_no_image_and_runs_an_edited_line_then_make_d
         assert done["spec"]["code"] == again["code"]
         logs = in_shell("raytrain logs mine --attempt 0", env, timeout=300)
         assert f"code: snapshot sha256:{again['code']['sha256']}" in logs, logs[-3000:]
+
+        # The README's first command in the shell: the digits example, placed on the node.
+        in_shell(
+            "python scripts/on_real_node.py examples/digits.yaml | kubectl apply -f -\n"
+            "kubectl wait --for=condition=Succeeded rtj/digits --timeout=900s",
+            env,
+            timeout=1000,
+        )
     finally:
         down = run(["make", "down"], env, timeout=900)
         print(down.stdout[-3000:], down.stderr[-3000:])
