@@ -19,6 +19,7 @@ from conftest import KubeCluster
 from test_operator import T_KUBERAY, crds, create, get, operator, secret, trainjob  # noqa: F401 - fixtures, used by name
 
 from raytrain import driverlog
+from raytrain_operator.builders.pods import DEFAULT_HEAD_RESOURCES, shm_size_limit
 
 
 def _pods(cluster: KubeCluster, ns: str, selector: str) -> list[dict[str, Any]]:
@@ -79,7 +80,10 @@ def test_kuberays_pods_pass_the_restricted_standard_and_logs_finds_the_submitter
     assert "autoscaler" in [c["name"] for c in head["spec"]["containers"]]
     worker = by_role["worker"]
     assert worker["spec"].get("initContainers"), "KubeRay injects wait-gcs-ready"
-    for pod, size in ((head, "820Mi"), (worker, "410Mi")):
+    # The head's default memory and the worker's 1Gi, each sized the way the builder sizes it.
+    head_shm = shm_size_limit(DEFAULT_HEAD_RESOURCES, "spec.head.resources")
+    assert head_shm == "1639Mi", head_shm  # 40 % of the 4Gi default
+    for pod, size in ((head, head_shm), (worker, "410Mi")):
         ray = pod["spec"]["containers"][0]
         (mount,) = [m for m in ray["volumeMounts"] if m["mountPath"] == "/dev/shm"]
         (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]

@@ -196,7 +196,7 @@ def test_demo_and_up_build_only_what_they_use(clone: Path) -> None:
     assert started[-1] == "scripts/demo.sh", started
     # make up has the same builds before it, then the demo's world, left running.
     dry = subprocess.run(
-        ["make", "-n", "up", f"PYTHON={clone / 'python'}"],
+        ["make", "-n", "--no-print-directory", "up", f"PYTHON={clone / 'python'}"],
         cwd=clone, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert dry.returncode == 0, dry.stderr
