@@ -347,6 +347,23 @@ def _raise_on_signal(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
+def _catch_signals() -> None:
+    """SIGTERM and SIGHUP end the command through its clean-up (down() ignores them while it
+    runs); SIGINT raises KeyboardInterrupt as Python's default does."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_on_signal)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _clear_leftovers() -> bool:
+    """Stop what an earlier cluster of this name left; False when that fails."""
+    say(f"Stopping what is left of an earlier cluster {CLUSTER}")
+    if down() != 0:
+        return False
+    _catch_signals()
+    return True
+
+
 def _require_netns(command: str) -> None:
     if not os.environ.get("RAYTRAIN_NETNS"):
         sys.exit(
@@ -366,13 +383,8 @@ def cmd_demo() -> int:
             file=sys.stderr,
         )
         return 1
-    if state == "broken":
-        say(f"Stopping what is left of an earlier cluster {CLUSTER}")
-        if down() != 0:
-            return 1
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, _raise_on_signal)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if state == "broken" and not _clear_leftovers():
+        return 1
     begun = time.monotonic()
     ok = False
     try:
@@ -400,13 +412,8 @@ def cmd_up() -> int:
     if state == "running" and world_file().is_file():
         next_steps(load_world())
         return 0
-    if state != "absent":
-        say(f"Stopping what is left of an earlier cluster {CLUSTER}")
-        if down() != 0:
-            return 1
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, _raise_on_signal)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if state != "absent" and not _clear_leftovers():
+        return 1
     begun = time.monotonic()
     try:
         world = up()
@@ -431,8 +438,7 @@ def cmd_run() -> int:
 
 
 def main(argv: list[str]) -> int:
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_on_signal)
+    _catch_signals()
     commands = {"demo": cmd_demo, "up": cmd_up, "run": cmd_run, "down": down}
     command = argv[0] if argv else "demo"
     if command not in commands or len(argv) > 1:

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from _code_project import user_project
 from test_make_demo import (
     CLUSTER,
     ROOT,
@@ -39,44 +39,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.realnode, pytest.mark.timeout
 
 #: digits.yaml's Secret (MinIO's key) and storage: what a user copies for a job of their own.
 DIGITS = ROOT / "examples" / "digits.yaml"
-
-
-def project(root: Path, answer: int) -> Path:
-    """A training folder as a user keeps it: a package, a helper, data read by a relative path,
-    and a file .gitignore leaves out."""
-    (root / "mytrain").mkdir(parents=True, exist_ok=True)
-    (root / "mytrain" / "__init__.py").write_text("")
-    (root / "mytrain" / "helper.py").write_text(f"def answer() -> int:\n    return {answer}\n")
-    (root / "mytrain" / "loop.py").write_text(
-        textwrap.dedent(
-            """
-            import pathlib
-            import tempfile
-
-            import ray.train
-
-            from mytrain.helper import answer
-
-
-            def train(config):
-                offset = int(pathlib.Path("data/offset.txt").read_text())
-                rank = ray.train.get_context().get_world_rank()
-                for epoch in range(config["epochs"]):
-                    metrics = {"answer": answer() + offset, "epoch": epoch}
-                    if rank == 0:
-                        with tempfile.TemporaryDirectory() as d:
-                            pathlib.Path(d, "epoch").write_text(str(epoch))
-                            ray.train.report(metrics, ray.train.Checkpoint.from_directory(d))
-                    else:
-                        ray.train.report(metrics)
-            """
-        )
-    )
-    (root / "data").mkdir(exist_ok=True)
-    (root / "data" / "offset.txt").write_text("1")
-    (root / "data" / "weights.bin").write_bytes(b"\0" * 4096)
-    (root / ".gitignore").write_text("*.bin\n")
-    return root
 
 
 def manifest(path: Path) -> Path:
@@ -135,7 +97,7 @@ def test_make_up_trains_a_folder_in_no_image_and_runs_an_edited_line_then_make_d
         assert re.search(rf"KUBECONFIG=\S*{CLUSTER}\S*kubeconfig", up.stdout), up.stdout[-3000:]
         assert "make shell" in up.stdout and "make down" in up.stdout, up.stdout[-3000:]
 
-        src = project(tmp_path / "src", answer=41)
+        src = user_project(tmp_path / "src", answer=41)
         job = manifest(tmp_path / "mine.yaml")
         placed = tmp_path / "placed.yaml"
         submit = (

@@ -18,12 +18,12 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _code_project import user_project
 from _wait import wait_for
 from realpods import BUCKET, ON_REAL_NODE, wait_condition
 from test_realpods import (
@@ -44,50 +44,6 @@ pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
 
 #: The CPU each pod asks for, the one size changed from the defaults: the node has 2 CPUs.
 CPU = "250m"
-
-
-def _project(root: Path, answer: int = 41) -> Path:
-    """A training project as a user keeps it: a package, a helper, data, an ignored file."""
-    (root / "mytrain").mkdir(parents=True, exist_ok=True)
-    (root / "mytrain" / "__init__.py").write_text("")
-    (root / "mytrain" / "helper.py").write_text(f"def answer() -> int:\n    return {answer}\n")
-    (root / "mytrain" / "loop.py").write_text(
-        textwrap.dedent(
-            """
-            import pathlib
-            import tempfile
-            import time
-
-            import ray.train
-
-            from mytrain.helper import answer
-
-
-            def train(config):
-                offset = int(pathlib.Path("data/offset.txt").read_text())
-                start = 0
-                checkpoint = ray.train.get_checkpoint()
-                if checkpoint:
-                    with checkpoint.as_directory() as d:
-                        start = int(pathlib.Path(d, "epoch").read_text()) + 1
-                rank = ray.train.get_context().get_world_rank()
-                for epoch in range(start, config["epochs"]):
-                    time.sleep(config.get("sleep", 0))
-                    metrics = {"answer": answer() + offset, "epoch": epoch}
-                    if rank == 0:
-                        with tempfile.TemporaryDirectory() as d:
-                            pathlib.Path(d, "epoch").write_text(str(epoch))
-                            ray.train.report(metrics, ray.train.Checkpoint.from_directory(d))
-                    else:
-                        ray.train.report(metrics)
-            """
-        )
-    )
-    (root / "data").mkdir(exist_ok=True)
-    (root / "data" / "offset.txt").write_text("1")
-    (root / "data" / "weights.bin").write_bytes(b"\0" * 4096)
-    (root / ".gitignore").write_text("*.bin\n")
-    return root
 
 
 def _manifest(path: Path, name: str, *, epochs: int, sleep: float = 0.0) -> Path:
@@ -156,7 +112,7 @@ def _record(**seconds: float) -> None:
 def test_a_folder_in_no_image_trains_on_real_pods_and_an_edited_line_runs_when_resubmitted(
     real_world: RealWorld, namespace: str, tmp_path: Path
 ) -> None:
-    project = _project(tmp_path / "proj")
+    project = user_project(tmp_path / "proj")
     manifest = _manifest(tmp_path / "mine.yaml", "mine", epochs=2)
     started = time.monotonic()
     submitted = _submit(real_world, namespace, manifest, project)
@@ -198,7 +154,7 @@ def test_a_folder_in_no_image_trains_on_real_pods_and_an_edited_line_runs_when_r
 def test_a_retry_after_a_deleted_head_pod_runs_the_same_code_snapshot(
     real_world: RealWorld, namespace: str, tmp_path: Path
 ) -> None:
-    project = _project(tmp_path / "proj")
+    project = user_project(tmp_path / "proj")
     manifest = _manifest(tmp_path / "mine.yaml", "code-retry", epochs=40, sleep=1.0)
     code = _submit(real_world, namespace, manifest, project)["code"]
     tj = _first_report(real_world, namespace, "code-retry", START_TIMEOUT + TRAIN_TIMEOUT)
