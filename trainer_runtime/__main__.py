@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    from trainer_runtime import code
+    from trainer_runtime import code, oomwatch
     from trainer_runtime.console import ConsoleTransport
     from trainer_runtime.kube import KubernetesTransport
     from trainer_runtime.reporter import FAILED, Transport
@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     transport: Transport
     if contract.report.enabled:
         transport = KubernetesTransport(contract.train_job.namespace, contract.train_job.name)
+        # On the head: the kernel's out-of-memory kills there are recorded in the status.
+        logging.getLogger("trainer_runtime").info("%s", oomwatch.start_beside(os.environ))
     else:
         transport = ConsoleTransport(contract.run_name, live=False)
     reporter = reporter_for(contract, transport)

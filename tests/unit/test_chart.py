@@ -578,7 +578,7 @@ def test_rbac_create_false_creates_no_rbac(helm: str, values: pathlib.Path | Non
 # --------------------------------------------------------------------------- multi-tenancy
 
 
-RUNTIME_OWNED = {"trainerStatus", "checkpoint", "disrupted"}
+RUNTIME_OWNED = {"trainerStatus", "checkpoint", "disrupted", "outOfMemory"}
 
 
 def test_runtime_status_policy_guards_every_operator_owned_field(
