@@ -56,8 +56,8 @@ def debug_everything(kube_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iter
     info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings())
     assert info is not None
     endpoint = k8s.endpoint_from(info)
-    monkeypatch.setattr(k8s, "endpoint", lambda: endpoint)
-    monkeypatch.setattr(k8s, "_local", threading.local())  # a fresh connection
+    monkeypatch.setattr(k8s.client, "endpoint", lambda: endpoint)
+    monkeypatch.setattr(k8s.client, "_local", threading.local())  # a fresh connection
     kopf.configure(debug=True, verbose=True)
     handler = _Everything()
     root = logging.getLogger()

@@ -59,7 +59,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     server = f"http://127.0.0.1:{httpd.server_address[1]}"
-    monkeypatch.setattr(k8s, "endpoint", lambda: k8s.Endpoint(server=server))
+    monkeypatch.setattr(k8s.client, "endpoint", lambda: k8s.Endpoint(server=server))
     try:
         yield Recorder.requests
     finally:

@@ -33,7 +33,7 @@ def test_a_refused_connection_is_a_temporary_error_retried_in_seconds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server = f"http://127.0.0.1:{_closed_port()}"
-    monkeypatch.setattr(k8s, "endpoint", lambda: k8s.Endpoint(server=server))
+    monkeypatch.setattr(k8s.client, "endpoint", lambda: k8s.Endpoint(server=server))
     monkeypatch.setattr(reconcile_module, "_pass", lambda *a: k8s.get_trainjob("ns", "j"))
     with pytest.raises(kopf.TemporaryError) as caught:
         passed(kopf.Patch(), "resync", _body(), logging.getLogger("t"))

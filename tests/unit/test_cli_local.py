@@ -236,6 +236,7 @@ def test_the_command_exits_2_with_the_message(
 # -- --torchrun ------------------------------------------------------------------------------------
 
 
+@pytest.mark.runtime
 def test_torchrun_starts_one_process_per_worker_on_the_rendered_contract(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -266,6 +267,7 @@ def test_torchrun_starts_one_process_per_worker_on_the_rendered_contract(
     assert "torchrun: 2 processes" in err and "nothing resumes" in err
 
 
+@pytest.mark.runtime
 def test_torchrun_refuses_datasets_in_more_than_one_process(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

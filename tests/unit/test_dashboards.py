@@ -363,6 +363,7 @@ def test_every_panel_has_a_title_an_id_and_the_datasource_variable() -> None:
     assert len(ids) == len(set(ids)), f"panel ids repeat: {sorted(ids)}"
 
 
+@pytest.mark.runtime  # the Ray metrics it checks against are the installed Ray's
 def test_every_query_names_only_exported_metrics_and_their_labels(
     known: dict[str, set[str]],
 ) -> None:

@@ -396,6 +396,6 @@ def test_turning_the_budget_off_deletes_it_at_the_next_attempt(
     assert ("PodDisruptionBudget", "digits-ray") not in created
     assert deleted == [("PodDisruptionBudget", "digits-ray")]
     deleted.clear()
-    monkeypatch.setattr(k8s, "list_rayjob_names", lambda ns, selector: [])
+    monkeypatch.setattr(k8s, "list_names", lambda kind, ns, selector: [])
     apply.delete_children(meta())
     assert ("PodDisruptionBudget", "digits-ray") in deleted

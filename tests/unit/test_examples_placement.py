@@ -167,6 +167,7 @@ def test_the_examples_include_a_gpu_job_with_an_accelerator_type() -> None:
     assert any(doc["spec"]["scaling"].get("acceleratorType") for _, doc in EXAMPLES)
 
 
+@pytest.mark.runtime
 @pytest.mark.parametrize(("where", "doc"), EXAMPLES, ids=[w for w, _ in EXAMPLES])
 def test_example_workers_fit_a_test_cluster_node_and_its_ray_node(
     where: str, doc: dict[str, Any]
@@ -181,6 +182,7 @@ def test_example_workers_fit_a_test_cluster_node_and_its_ray_node(
     assert ray_shortfalls(asked, per_pod, offered) == [], (where, asked, offered)
 
 
+@pytest.mark.runtime
 def test_one_product_name_serves_the_node_label_and_ray() -> None:
     """acceleratorType is the nvidia.com/gpu.product value; the group offers Ray's resource."""
     doc = {

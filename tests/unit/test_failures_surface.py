@@ -14,6 +14,7 @@ from _factories import UID, manifest, meta, trainjob
 from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_contract.timefmt import rfc3339
 from raytrain_operator import k8s
+from raytrain_operator.builders import children
 from raytrain_operator.handlers import apply, rayjobs, reconcile
 from raytrain_operator.handlers.state import PassState
 from raytrain_operator.k8s import ApiException
@@ -51,29 +52,31 @@ def rayjob(**status: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- builders, parse
 
 
-def test_any_builder_exception_is_a_spec_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_builder_bug_is_the_operators_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not InvalidSpec: the user cannot fix a bug (test_operator_error.py has the rest)."""
+
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise AttributeError("'str' object has no attribute 'get'")
 
     monkeypatch.setattr(reconcile, "build_rayjob", broken)
-    tj, problem = reconcile.parse(manifest())
-    assert tj is not None and problem is not None
+    tj, problem, reason = reconcile.parse_cached(PassState(), manifest(), logger=LOG)
+    assert tj is not None and problem is not None and reason == "OperatorError"
     assert "AttributeError" in problem and "has no attribute 'get'" in problem
-    p = plan(spec_problem=problem)
-    assert p.phase == "Stalled" and cond(p, "Stalled")["reason"] == "InvalidSpec"
+    p = plan(spec_problem=problem, spec_problem_reason=reason)
+    assert p.phase == "Stalled" and cond(p, "Stalled")["reason"] == "OperatorError"
 
 
 @pytest.mark.usefixtures("no_fence")
-def test_a_builder_failing_at_create_time_stalls(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_builder_breaking_at_create_time_stalls(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise ArithmeticError("decimal overflow")
 
-    monkeypatch.setattr(apply, "build_contract_configmap", broken)
+    monkeypatch.setattr(children, "build_contract_configmap", broken)
     with pytest.raises(apply.Rejected) as caught:
         apply.run(
             PassState(), [m.EnsureChildren(0, False)], trainjob(), meta(), kopf.Patch(), None, LOG
         )
-    assert caught.value.reason == "InvalidSpec" and "decimal overflow" in caught.value.message
+    assert caught.value.reason == "OperatorError" and "decimal overflow" in caught.value.message
 
 
 # --------------------------------------------------------------------------- API refusals

@@ -18,7 +18,7 @@ def _service_account(tmp_path: Path, token: str) -> Path:
 def test_in_a_pod_the_server_comes_from_the_kubelets_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(k8s, "SERVICE_ACCOUNT_DIR", str(_service_account(tmp_path, "t1")))
+    monkeypatch.setattr(k8s.client, "SERVICE_ACCOUNT_DIR", str(_service_account(tmp_path, "t1")))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     info = k8s.in_cluster_info()
@@ -37,7 +37,7 @@ def test_in_a_pod_the_server_comes_from_the_kubelets_environment(
 def test_a_rotated_token_is_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sa = _service_account(tmp_path, "first")
     clock = [1000.0]
-    monkeypatch.setattr(k8s.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(k8s.client.time, "monotonic", lambda: clock[0])
     ep = k8s.Endpoint(server="https://10.96.0.1:443", token_file=str(sa / "token"))
     assert ep.authorization() == "Bearer first"
     (sa / "token").write_text("second")

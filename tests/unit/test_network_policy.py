@@ -143,6 +143,6 @@ def test_each_attempt_applies_the_policy_and_turning_it_off_removes_it(
 def test_the_children_delete_takes_the_policy_too(monkeypatch: pytest.MonkeyPatch) -> None:
     deleted: list[tuple[str, str]] = []
     monkeypatch.setattr(k8s, "delete", lambda kind, ns, name: deleted.append((kind, name)))
-    monkeypatch.setattr(k8s, "list_rayjob_names", lambda ns, selector: [])
+    monkeypatch.setattr(k8s, "list_names", lambda kind, ns, selector: [])
     apply.delete_children(meta())
     assert ("NetworkPolicy", "digits-ray") in deleted

@@ -44,6 +44,7 @@ from raytrain_contract.api.v1alpha1 import (
 from raytrain_contract.meta import Meta, child_metadata
 from raytrain_contract.pods import run_name
 from raytrain_operator.builders import quantities
+from raytrain_operator.builders.errors import SpecError
 from raytrain_operator.builders.names import contract_configmap_name
 
 __all__ = [
@@ -128,7 +129,7 @@ def storage_of(spec: TrainJobSpec) -> Storage:
         return PvcStorage(path=path)
     if s3 is not None:
         return S3Storage(path=s3.uri, endpoint=s3.endpoint, region=s3.region)
-    raise ValueError("spec.storage: set exactly one of storage.pvc or storage.s3")
+    raise SpecError("spec.storage: set exactly one of storage.pvc or storage.s3")
 
 
 def _tune(spec: TrainJobSpec) -> TuneSettings | None:

@@ -1,5 +1,7 @@
 """Pod templates of the Ray head, workers and submitter: storage, contract, resources,
-placement, and the hardening every pod gets.
+placement, and the hardening every pod gets. The worker's resources and placement come from
+builders/scaling.py, /dev/shm, the security context and the preStop hooks from
+builders/hardening.py (the names other modules import from here are re-exported).
 
 Every pod (head and workers) gets the same storage wiring and the contract mount, so a path
 written by one worker is the same path on every other and on the head. Credentials reach the
@@ -12,19 +14,15 @@ Standard (docs/operator.md, "Pod hardening").
 from __future__ import annotations
 
 import copy
-from decimal import Decimal
 from typing import Any
 
 from raytrain_contract.api.v1alpha1 import (
-    NVIDIA_GPU,
     NetworkProfile,
-    PlacementStrategy,
     PodOverrides,
     TrainJobSpec,
 )
 from raytrain_contract.meta import (
     LABEL_ROLE,
-    LABEL_TRAINJOB,
     Meta,
     allowed_from_parent,
     base_labels,
@@ -34,14 +32,11 @@ from raytrain_contract.pods import (
     STORAGE_VOLUME,
     SUBMITTER_CONTAINER,
     chosen_service_account,
-    container_security_context,
-    pod_security_context,
     storage_env,
     storage_mounts,
     storage_volumes,
     user_env,
 )
-from raytrain_operator.builders import quantities
 from raytrain_operator.builders.contract import (
     CONTRACT_DIR,
     CONTRACT_KEY,
@@ -49,13 +44,26 @@ from raytrain_operator.builders.contract import (
     gpu_resource_name,
     gpus_per_worker,
 )
+from raytrain_operator.builders.errors import SpecError
+from raytrain_operator.builders.hardening import (
+    SHM_PATH,
+    SHM_VOLUME,
+    add_drain_hook,
+    add_head_hook,
+    harden_pod,
+    shm_volume,
+)
+from raytrain_operator.builders.hardening import shm_size_limit as shm_size_limit
 from raytrain_operator.builders.names import contract_configmap_name, runtime_account_name
+from raytrain_operator.builders.scaling import GPU_RESOURCE as GPU_RESOURCE
+from raytrain_operator.builders.scaling import custom_group_resources as custom_group_resources
+from raytrain_operator.builders.scaling import (
+    merge_affinity,
+    placement_affinity,
+    spread_constraints,
+)
+from raytrain_operator.builders.scaling import worker_resources as worker_resources
 
-GPU_RESOURCE = NVIDIA_GPU
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-#: Ray's resource for an accelerator type (`ray.util.accelerators`, ScalingConfig).
-RAY_ACCELERATOR_PREFIX = "accelerator_type:"
-HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 CONTRACT_VOLUME = "raytrain-contract"
 HEAD_CONTAINER = "ray-head"
 WORKER_CONTAINER = "ray-worker"
@@ -70,31 +78,6 @@ DEFAULT_HEAD_RESOURCES: dict[str, Any] = {
     "limits": {"memory": "4Gi"},
 }
 
-SHM_VOLUME = "raytrain-shm"
-SHM_PATH = "/dev/shm"
-#: Ray's default object store size as a share of the memory Ray sees (the container's limit):
-#: `ray._private.ray_constants.DEFAULT_OBJECT_STORE_MEMORY_PROPORTION`. Ray keeps the store in
-#: /dev/shm only when /dev/shm holds all of it; otherwise it falls back to /tmp on disk and warns
-#: that this "will harm performance".
-OBJECT_STORE_SHARE = Decimal("0.3")
-#: Beyond the object store, /dev/shm also carries PyTorch DataLoader workers' tensors and NCCL's
-#: shared-memory transport between the GPUs of one pod.
-SHM_HEADROOM_SHARE = Decimal("0.1")
-MEBIBYTE = 2**20
-
-#: Time a pod has between SIGTERM (a delete, a node drain, a suspend) and SIGKILL. Kubernetes'
-#: default of 30 s is shorter than writing a multi-GB checkpoint to S3 (at the ~400 MB/s measured
-#: against MinIO on loopback, 10 GB take 25 s; a real bucket is several times slower).
-#: It bounds what runs before the SIGTERM (a preStop hook): nothing waits for it otherwise.
-DEFAULT_TERMINATION_GRACE_SECONDS = 120
-#: A worker's preStop hook (trainer_runtime/drain.py) tells Ray its node goes at the end of the
-#: grace period less this margin, which is left for Ray's own shutdown after the SIGTERM.
-DRAIN_MARGIN_SECONDS = 10
-DRAIN_COMMAND = ["python", "-m", "trainer_runtime.drain"]
-#: Seconds from the start of a worker's deletion to the deadline its drain gives Ray.
-ENV_DRAIN_SECONDS = "RAYTRAIN_DRAIN_SECONDS"
-#: A Ray pod's own name (the downward API), for its preStop hook.
-ENV_POD_NAME = "RAYTRAIN_POD_NAME"
 #: The pod's IP (the downward API), given to `ray start --node-ip-address` in host-network pods.
 ENV_POD_IP = "RAYTRAIN_POD_IP"
 
@@ -106,12 +89,6 @@ SUBMITTER_RESOURCES: dict[str, Any] = {
 }
 
 
-#: What each network profile adds to a worker pod: its device resource and NCCL's environment
-#: (raytrain_contract/api/v1alpha1.py, NetworkSpec, says why each variable is set).
-NETWORK_DEVICE = {
-    NetworkProfile.INFINIBAND: "rdma/ib",
-    NetworkProfile.EFA: "vpc.amazonaws.com/efa",
-}
 NETWORK_ENV = {
     NetworkProfile.INFINIBAND: {"NCCL_IB_DISABLE": "0", "NCCL_NET": "IB", "NCCL_DEBUG": "WARN"},
     NetworkProfile.EFA: {"FI_PROVIDER": "efa", "NCCL_DEBUG": "WARN"},
@@ -152,243 +129,6 @@ def volume_mounts(spec: TrainJobSpec) -> list[dict[str, Any]]:
         {"name": CONTRACT_VOLUME, "mountPath": CONTRACT_DIR, "readOnly": True}
     ]
     return mounts + storage_mounts(spec)
-
-
-def _scaled(name: str, amount: int | str, per_pod: int) -> str:
-    """One resourcesPerWorker amount given by its Kubernetes name, times workersPerPod."""
-    field = f"spec.scaling.resourcesPerWorker.{name}"
-    value = quantities.parse(amount, field) * per_pod
-    if "/" in name:
-        return quantities.decimal_string(value)
-    return quantities.memory_string(value)
-
-
-def _scaling_resources(spec: TrainJobSpec) -> dict[str, tuple[str, str]]:
-    """Worker pod amounts from scaling and network: resource -> (amount, the field it came from)."""
-    res = spec.scaling.resources_per_worker
-    per_pod = spec.scaling.workers_per_pod
-    field = "spec.scaling.resourcesPerWorker"
-    cpu = quantities.parse(
-        res.cpu if res is not None and res.cpu is not None else 1, f"{field}.cpu"
-    )
-    amounts: dict[str, tuple[str, str]] = {
-        "cpu": (quantities.cpu_string(cpu * per_pod), f"{field}.cpu")
-    }
-    if res is not None and res.memory is not None:
-        memory = quantities.parse(res.memory, f"{field}.memory")
-        amounts["memory"] = (quantities.memory_string(memory * per_pod), f"{field}.memory")
-    for name, amount in (res.kubernetes if res is not None else {}).items():
-        amounts[name] = (_scaled(name, amount, per_pod), f"{field}.{name}")
-    gpus = gpus_per_worker(spec)
-    gpu_name = gpu_resource_name(spec)
-    if gpus and gpu_name not in amounts:
-        source = (
-            f"{field}.gpu" if res is not None and res.gpu is not None else "spec.scaling.useGpu"
-        )
-        amounts[gpu_name] = (str(gpus * per_pod), source)
-    network = spec.network
-    if network is not None:
-        device = NETWORK_DEVICE[network.profile]
-        if device in amounts:
-            raise ValueError(
-                f"spec.network.profile: {network.profile.value} adds {device} to every worker "
-                f"pod, and {amounts[device][1]} sets it too; remove it from resourcesPerWorker "
-                "(spec.network.devicesPerPod sets how many) or remove spec.network"
-            )
-        amounts[device] = (str(network.devices_per_pod), "spec.network.devicesPerPod")
-    return amounts
-
-
-def worker_resources(spec: TrainJobSpec) -> dict[str, Any]:
-    """Container resources of one worker pod: resourcesPerWorker x workersPerPod, the network
-    profile's devices, then workerTemplate.resources for any other resource (a name both set is
-    refused) and its DRA claims."""
-    ours = _scaling_resources(spec)
-    amounts = {name: amount for name, (amount, _) in ours.items()}
-    out: dict[str, Any] = {"requests": dict(amounts), "limits": dict(amounts)}
-    theirs = (spec.worker_template.resources if spec.worker_template else None) or {}
-    for kind in ("requests", "limits"):
-        for name, amount in (theirs.get(kind) or {}).items():
-            if name in ours:
-                raise ValueError(
-                    f"spec.workerTemplate.resources.{kind}.{name}: {amount!r} conflicts with "
-                    f"{ours[name][1]}, which sets {name} of the workers; set it in one place "
-                    "only (resourcesPerWorker for what each worker needs)"
-                )
-            out[kind][name] = amount
-    if theirs.get("claims"):
-        out["claims"] = copy.deepcopy(theirs["claims"])
-    return out
-
-
-def custom_group_resources(spec: TrainJobSpec) -> dict[str, str]:
-    """Ray custom resources of one worker pod (KubeRay's group-level `resources`), exact, and the
-    `accelerator_type:<acceleratorType>` resource that Ray Train asks every worker for (0.001
-    each) when scaling.acceleratorType is set: Ray detects its own, different, names only on
-    real GPUs (`A100`), so the group offers the one the node label and the contract use."""
-    res = spec.scaling.resources_per_worker
-    per_pod = spec.scaling.workers_per_pod
-    custom = (res.custom if res is not None else None) or {}
-    out = {
-        name: quantities.decimal_string(quantities.exact(amount) * per_pod)
-        for name, amount in custom.items()
-    }
-    if spec.scaling.accelerator_type:
-        out[f"{RAY_ACCELERATOR_PREFIX}{spec.scaling.accelerator_type}"] = "1"
-    return out
-
-
-def placement_affinity(spec: TrainJobSpec, meta: Meta) -> dict[str, Any]:
-    """Affinity derived from scaling: GPU product and the placement strategy of workers."""
-    affinity: dict[str, Any] = {}
-    if spec.scaling.accelerator_type:
-        affinity["nodeAffinity"] = {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {
-                                "key": GPU_PRODUCT_LABEL,
-                                "operator": "In",
-                                "values": [spec.scaling.accelerator_type],
-                            }
-                        ]
-                    }
-                ]
-            }
-        }
-    term = {
-        "labelSelector": {"matchLabels": {LABEL_TRAINJOB: meta.name, LABEL_ROLE: "worker"}},
-        "topologyKey": HOSTNAME_TOPOLOGY,
-    }
-    strategy = spec.scaling.placement_strategy
-    if strategy is PlacementStrategy.STRICT_SPREAD:
-        affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
-    elif strategy is PlacementStrategy.STRICT_PACK:
-        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
-    elif strategy is PlacementStrategy.PACK:
-        affinity["podAffinity"] = {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "podAffinityTerm": term}
-            ]
-        }
-    return affinity
-
-
-def spread_constraints(spec: TrainJobSpec, meta: Meta) -> list[dict[str, Any]]:
-    if spec.scaling.placement_strategy is not PlacementStrategy.SPREAD:
-        return []
-    return [
-        {
-            "maxSkew": 1,
-            "topologyKey": HOSTNAME_TOPOLOGY,
-            "whenUnsatisfiable": "ScheduleAnyway",
-            "labelSelector": {"matchLabels": {LABEL_TRAINJOB: meta.name, LABEL_ROLE: "worker"}},
-        }
-    ]
-
-
-def merge_affinity(ours: dict[str, Any], theirs: dict[str, Any] | None) -> dict[str, Any]:
-    """Both must hold: required node terms are ANDed, every other list is concatenated."""
-    merged = copy.deepcopy(theirs or {})
-    for kind, part in ours.items():
-        target = merged.setdefault(kind, {})
-        for when, value in part.items():
-            if kind == "nodeAffinity" and when == "requiredDuringSchedulingIgnoredDuringExecution":
-                ours_expr = value["nodeSelectorTerms"][0]["matchExpressions"]
-                terms = target.get(when, {}).get("nodeSelectorTerms") or [{}]
-                for t in terms:
-                    t["matchExpressions"] = list(t.get("matchExpressions") or []) + ours_expr
-                target[when] = {"nodeSelectorTerms": terms}
-            else:
-                target[when] = list(target.get(when) or []) + list(value)
-    return merged
-
-
-def shm_size_limit(resources: dict[str, Any], field: str) -> str | None:
-    """Size of /dev/shm for a container with these resources; None without a memory limit.
-
-    Ray sizes its object store from the memory it sees, which is the container's memory limit
-    when there is one. Without a limit Ray sees the node's memory and the tmpfs is sized to the
-    node as well, so no limit is the only size that still holds the object store.
-    """
-    limit = (resources.get("limits") or {}).get("memory")
-    if limit is None:
-        return None
-    memory = quantities.parse(limit, field)
-    share = memory * (OBJECT_STORE_SHARE + SHM_HEADROOM_SHARE)
-    mebibytes = -(-quantities.as_bytes(share) // MEBIBYTE)
-    return quantities.memory_string(Decimal(mebibytes * MEBIBYTE))
-
-
-def shm_volume(size_limit: str | None) -> dict[str, Any]:
-    """A memory-backed emptyDir for /dev/shm.
-
-    The container runtime's default /dev/shm is 64 MiB, far below Ray's object store. KubeRay
-    mounts one sized to the whole memory limit when the template has none; ours is sized for
-    the object store, so a full /dev/shm fails writes with ENOSPC instead of leaving the
-    training processes no memory (tmpfs pages count against the container's limit).
-    """
-    empty_dir: dict[str, Any] = {"medium": "Memory"}
-    if size_limit is not None:
-        empty_dir["sizeLimit"] = size_limit
-    return {"name": SHM_VOLUME, "emptyDir": empty_dir}
-
-
-def harden_pod(pod: dict[str, Any], grace_seconds: int | None) -> None:
-    """Security context, grace period and PID namespace shared by every pod we template.
-
-    PID 1: KubeRay replaces the Ray container's command with `/bin/bash -c -- "ulimit -n 65536;
-    ray start ... --block"` (common/pod.go, BuildPod) and the submitter's with `/bin/bash -ce --
-    "... ray job logs --follow ..."`, so neither tini nor an entrypoint of ours can come first
-    (KubeRay's `ray.io/overwrite-container-cmd` would let tini in, but only in images that ship
-    it, and we would then own the generated `ray start` line). A bash or Python PID 1 has no
-    SIGTERM handler and the kernel drops signals a PID 1 does not handle: every delete waited
-    the whole grace period, then SIGKILL. With a shared process namespace the pause process is
-    PID 1 (and reaps orphans); the container's process takes SIGTERM's default action and exits,
-    and the runtime kills the rest of a container that shares a PID namespace when its first
-    process exits (containerd's runc shim, ShouldKillAllOnExit), so a pod goes in about a second
-    however long the grace period is. The grace period is then the budget of what runs before
-    that SIGTERM, a preStop hook such as one that lets a checkpoint upload finish. The price of
-    sharing, containers of the pod seeing each other's processes, is paid between containers
-    that run the same image as the same user.
-    """
-    pod["securityContext"] = pod_security_context()
-    pod["shareProcessNamespace"] = True
-    pod["terminationGracePeriodSeconds"] = (
-        grace_seconds if grace_seconds is not None else DEFAULT_TERMINATION_GRACE_SECONDS
-    )
-    for container in pod["containers"]:
-        container["securityContext"] = container_security_context()
-
-
-def add_drain_hook(container: dict[str, Any], grace_seconds: int) -> None:
-    """A preStop hook that drains the worker's Ray node before the container gets SIGTERM.
-
-    Ray Train (2.60) watches Ray's draining nodes: the training loop then sees
-    `ray.train.get_preemption_info()` and can report a checkpoint, and the controller restarts
-    the worker group once the deadline passes, against FailureConfig.max_preemption_failures
-    rather than max_failures. The hook waits while the pod's Ray Train worker lives, up to the
-    deadline; a pod with none (the job has finished), or that is deleted without a
-    DisruptionTarget condition (a suspend, a retry), stops at once.
-    """
-    container["lifecycle"] = {"preStop": {"exec": {"command": list(DRAIN_COMMAND)}}}
-    seconds = max(1, grace_seconds - DRAIN_MARGIN_SECONDS)
-    container["env"].append({"name": ENV_DRAIN_SECONDS, "value": str(seconds)})
-    container["env"].append(pod_name_env())
-
-
-def add_head_hook(container: dict[str, Any]) -> None:
-    """A preStop hook that records in the TrainJob's status (status.disrupted) that the head
-    was evicted or preempted, read from its own pod's DisruptionTarget condition: the attempt
-    ends with the head, and the pod may be gone before the operator reads it."""
-    container["lifecycle"] = {"preStop": {"exec": {"command": [*DRAIN_COMMAND, "--head"]}}}
-    container["env"].append(pod_name_env())
-
-
-def pod_name_env() -> dict[str, Any]:
-    """The pod's own name (the downward API), for its preStop hook."""
-    return {"name": ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
 
 
 def build_submitter_template(spec: TrainJobSpec, meta: Meta, attempt: int) -> dict[str, Any]:
@@ -486,13 +226,13 @@ def check_mounts(spec: TrainJobSpec, mounts: list[dict[str, Any]], field: str) -
     for mount in mounts:
         path = str(mount.get("mountPath", "")).rstrip("/")
         if mount.get("name") in ours:
-            raise ValueError(
+            raise SpecError(
                 f"{field}: the volume {mount.get('name')!r} is mounted by the operator; mount a "
                 "volume of your own"
             )
         for used, what in taken:
             if path == used or path.startswith(used + "/") or used.startswith(path + "/"):
-                raise ValueError(
+                raise SpecError(
                     f"{field}: mountPath {mount.get('mountPath')!r} collides with {used} "
                     f"({what}, mounted by the operator); choose another directory such as "
                     "/data/cache"

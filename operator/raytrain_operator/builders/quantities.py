@@ -1,8 +1,8 @@
 """Kubernetes resource quantities: parse, multiply, and convert to Ray's units.
 
 Ray counts CPUs as floats and memory in bytes; Kubernetes writes `500m` and `8Gi`. Only the
-forms the API server accepts are parsed; anything else raises ValueError naming the field, the
-value and the fix, never a decimal error.
+forms the API server accepts are parsed; anything else raises SpecError (a ValueError) naming
+the field, the value and the fix, never a decimal error.
 
 Why not `kubernetes.utils.quantity.parse_quantity`: importing it runs `kubernetes/__init__`, which
 loads the whole client (measured: 1,419 modules loaded instead of 111, 68 MB RSS instead of 14 MB,
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, DecimalException
+
+from raytrain_operator.builders.errors import SpecError
 
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
@@ -45,18 +47,18 @@ _EXAMPLES = "write e.g. 2, 500m or 8Gi"
 
 
 def parse(value: int | float | str, field: str = "quantity") -> Decimal:
-    """A quantity as a Decimal in base units; ValueError names the field and the value."""
+    """A quantity as a Decimal in base units; SpecError names the field and the value."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"{field}: {value!r} is not a quantity; {_EXAMPLES}")
+        raise SpecError(f"{field}: {value!r} is not a quantity; {_EXAMPLES}")
     if isinstance(value, int | float):
         text = repr(value) if isinstance(value, float) else str(value)
     else:
         text = value.strip()
     if text.startswith("-"):
-        raise ValueError(f"{field}: {value!r} must not be negative; {_EXAMPLES}")
+        raise SpecError(f"{field}: {value!r} must not be negative; {_EXAMPLES}")
     match = _QUANTITY.match(text)
     if not match or match.group(3) not in _SUFFIXES:
-        raise ValueError(f"{field}: {value!r} is not a quantity; {_EXAMPLES}")
+        raise SpecError(f"{field}: {value!r} is not a quantity; {_EXAMPLES}")
     number, exponent, suffix = match.groups()
     if exponent and abs(int(exponent)) > _MAX_EXPONENT:
         raise _too_large(field, value) if int(exponent) > 0 else _too_small(field, value)
@@ -71,15 +73,15 @@ def parse(value: int | float | str, field: str = "quantity") -> Decimal:
     return result
 
 
-def _too_large(field: str, value: object) -> ValueError:
-    return ValueError(
+def _too_large(field: str, value: object) -> SpecError:
+    return SpecError(
         f"{field}: {value!r} is larger than any Kubernetes quantity (at most {MAXIMUM}); "
         f"{_EXAMPLES}"
     )
 
 
-def _too_small(field: str, value: object) -> ValueError:
-    return ValueError(f"{field}: {value!r} is too small to request; {_EXAMPLES}")
+def _too_small(field: str, value: object) -> SpecError:
+    return SpecError(f"{field}: {value!r} is too small to request; {_EXAMPLES}")
 
 
 def cpu_string(cores: Decimal) -> str:

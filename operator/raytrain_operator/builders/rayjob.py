@@ -35,9 +35,8 @@ from raytrain_operator.builders.pods import (
     ENV_POD_IP,
     build_pod_template,
     build_submitter_template,
-    custom_group_resources,
-    worker_resources,
 )
+from raytrain_operator.builders.scaling import custom_group_resources, worker_resources
 
 RAYJOB_API_VERSION = "ray.io/v1"
 ENTRYPOINT = "python -m trainer_runtime"

@@ -22,7 +22,8 @@ and the pass state's pool, each thread with its own connection), in three rounds
 2. once the fence passed: the contract ConfigMap (it names the attempt and the checkpoint to
    resume from), the RoleBinding, the disruption budget and the NetworkPolicy;
 3. the RayJob, once they all exist, so that its pods find them and are never unprotected.
-A new TrainJob's RayJob is thus three round trips after the pass starts.
+A new TrainJob's RayJob is thus three round trips after the pass starts. The children, their
+rounds and which are deleted when turned off come from the registry in builders/children.py.
 """
 
 from __future__ import annotations
@@ -44,17 +45,19 @@ from raytrain_contract.meta import (
 )
 from raytrain_contract.timefmt import parse_rfc3339
 from raytrain_operator import k8s, metrics
-from raytrain_operator.builders.contract import build_contract_configmap
-from raytrain_operator.builders.disruption import build_pod_disruption_budget
-from raytrain_operator.builders.names import (
-    contract_configmap_name,
-    disruption_budget_name,
-    network_policy_name,
-    runtime_account_name,
+from raytrain_operator.builders.children import (
+    BY_KIND,
+    CHILDREN,
+    FIRST_ROUND,
+    LAST_ROUND,
+    SECOND_ROUND,
+    ChildContext,
+    ChildKind,
+    build_children,
+    owned_by,
 )
-from raytrain_operator.builders.network import build_network_policy
-from raytrain_operator.builders.rayjob import build_rayjob
-from raytrain_operator.builders.rbac import build_rbac
+from raytrain_operator.builders.errors import SpecError
+from raytrain_operator.handlers import faults
 from raytrain_operator.handlers.state import PassState
 from raytrain_operator.k8s import ApiException
 from raytrain_operator.status import machine
@@ -93,7 +96,8 @@ class Conflict(Exception):
 
 
 class Rejected(Exception):
-    """The API server refused a child, or the builders could not make one."""
+    """The API server refused a child, or the builders could not make one (InvalidSpec for
+    the spec's problem, OperatorError for a builder's bug)."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -147,8 +151,7 @@ def _refused(exc: ApiException, body: dict[str, Any]) -> Rejected:
 
 
 def _owned(obj: Mapping[str, Any], meta: Meta) -> bool:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("uid") == meta.uid for r in refs)
+    return owned_by(obj, meta)
 
 
 def _ensure(body: dict[str, Any], meta: Meta) -> bool:
@@ -159,7 +162,7 @@ def _ensure(body: dict[str, Any], meta: Meta) -> bool:
         kind, name = body["kind"], body["metadata"]["name"]
         existing = k8s.get(kind, meta.namespace, name)
         # None: deleted between the create and the read; the apply creates it again.
-        if existing is not None and not _owned(existing, meta):
+        if existing is not None and not BY_KIND[kind].owned(existing, meta):
             raise Conflict(
                 f"a {kind} named {name} exists in namespace {meta.namespace} but does not "
                 f"belong to this TrainJob (uid {meta.uid}); delete that {kind} or rename the "
@@ -233,47 +236,40 @@ def ensure_children(
     creation_timestamp: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> dict[str, Any] | None:
-    """Create or bring in line the children of an attempt; the RayJob if this call created it."""
+    """Create or bring in line the children of an attempt (builders/children.py's registry,
+    round by round); the RayJob if this call created it."""
     config, pool = state.config, state.pool()
-    configmap = build_contract_configmap(trainjob, meta, action.attempt, action.resume_from)
-    account, role, binding = build_rbac(trainjob, meta)
-    budget = build_pod_disruption_budget(trainjob, meta)
-    policy = build_network_policy(meta, config.network_policy_ingress)
-    rayjob = build_rayjob(trainjob, meta, action.attempt, suspend=action.suspend)
+    context = ChildContext(
+        trainjob,
+        meta,
+        action.attempt,
+        resume_from=action.resume_from,
+        suspend=action.suspend,
+        network_policy=config.network_policy,
+        network_ingress=config.network_policy_ingress,
+    )
+    try:
+        bodies = build_children(context)
+    except SpecError as exc:
+        raise Rejected(faults.INVALID_SPEC, faults.spec_message(exc)) from exc
+    except Exception as exc:
+        # A bug in the operator, not in the spec: said so, logged once, tried again next pass.
+        message = faults.report(state, logger, meta, "building the children", exc)
+        raise Rejected(faults.OPERATOR_ERROR, message) from exc
 
-    def ensure_budget() -> None:
-        if budget is not None:
-            _ensure(budget, meta)
-        else:
-            # spec.disruption.podDisruptionBudget off: the budget of an earlier attempt goes.
-            k8s.delete("PodDisruptionBudget", meta.namespace, disruption_budget_name(meta.name))
+    def write(child: ChildKind) -> Callable[[], Any]:
+        return lambda: _write(child, bodies[child.kind], meta)
 
-    def ensure_policy() -> None:
-        if config.network_policy:
-            _ensure(policy, meta)
-        else:
-            k8s.delete("NetworkPolicy", meta.namespace, network_policy_name(meta.name))
+    def round_of(number: int) -> list[Callable[[], Any]]:
+        return [write(child) for child in CHILDREN if child.round == number]
 
     # The fence first: when it raises, its word wins over a child's error (together).
-    together(
-        pool,
-        [
-            lambda: fence(pool, meta, action.attempt),
-            lambda: _ensure(role, meta),
-            lambda: _ensure(account, meta),
-        ],
-    )
+    together(pool, [lambda: fence(pool, meta, action.attempt), *round_of(FIRST_ROUND)])
     # The API server checks a RoleBinding against its Role's rules: the Role went first.
-    together(
-        pool,
-        [
-            lambda: _ensure(configmap, meta),
-            lambda: _ensure(binding, meta),
-            ensure_budget,
-            ensure_policy,
-        ],
-    )
-    if not _ensure(rayjob, meta):
+    together(pool, round_of(SECOND_ROUND))
+    (last,) = (child for child in CHILDREN if child.round == LAST_ROUND)
+    rayjob = bodies[last.kind]
+    if rayjob is None or not _ensure(rayjob, meta):
         return None
     logger.info(f"Created RayJob {rayjob['metadata']['name']} (attempt {action.attempt}).")
     created = parse_rfc3339(creation_timestamp)
@@ -283,17 +279,27 @@ def ensure_children(
     return rayjob
 
 
+def _write(child: ChildKind, body: dict[str, Any] | None, meta: Meta) -> None:
+    """Create or bring in line one child; one turned off (None) is deleted if it is pruned
+    (spec.disruption.podDisruptionBudget off: the budget of an earlier attempt goes)."""
+    if body is not None:
+        _ensure(body, meta)
+    elif child.pruned and child.name is not None:
+        k8s.delete(child.kind, meta.namespace, child.name(meta.name))
+
+
 def delete_children(meta: Meta) -> None:
+    """Delete every child of the TrainJob (its TTL passed): a child per attempt when it is
+    ours, found by the TrainJob's label; the others by name."""
     selector = f"{LABEL_TRAINJOB}={meta.name}"
-    for name in k8s.list_rayjob_names(meta.namespace, selector):
-        rayjob = k8s.get_rayjob(meta.namespace, name)
-        if rayjob is not None and _owned(rayjob, meta):
-            k8s.delete_rayjob(meta.namespace, name)
-    k8s.delete("ConfigMap", meta.namespace, contract_configmap_name(meta.name))
-    for kind in ("RoleBinding", "Role", "ServiceAccount"):
-        k8s.delete(kind, meta.namespace, runtime_account_name(meta.name))
-    k8s.delete("PodDisruptionBudget", meta.namespace, disruption_budget_name(meta.name))
-    k8s.delete("NetworkPolicy", meta.namespace, network_policy_name(meta.name))
+    for child in CHILDREN:
+        if child.name is not None:
+            k8s.delete(child.kind, meta.namespace, child.name(meta.name))
+            continue
+        for name in k8s.list_names(child.kind, meta.namespace, selector):
+            found = k8s.get(child.kind, meta.namespace, name)
+            if found is not None and child.owned(found, meta):
+                k8s.delete(child.kind, meta.namespace, name)
 
 
 def run(
@@ -311,21 +317,9 @@ def run(
     for action in actions:
         if isinstance(action, EnsureChildren):
             if trainjob is not None:
-                try:
-                    made = ensure_children(
-                        state, trainjob, meta, action, creation_timestamp, logger
-                    )
-                    if made is not None:
-                        created.append(made)
-                except (Fenced, Conflict, Rejected, ApiException):
-                    raise
-                except Exception as exc:
-                    # A builder that breaks on this spec: say so instead of failing every pass.
-                    raise Rejected(
-                        "InvalidSpec",
-                        f"the operator could not build the children of this TrainJob "
-                        f"({type(exc).__name__}: {exc}); fix the spec field it names",
-                    ) from exc
+                made = ensure_children(state, trainjob, meta, action, creation_timestamp, logger)
+                if made is not None:
+                    created.append(made)
         elif isinstance(action, SetRayJobSuspend):
             value = "true" if action.by_user and action.suspend else None
             k8s.patch_rayjob(

@@ -28,6 +28,8 @@ from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_contract.meta import Meta
 from raytrain_operator import k8s
 from raytrain_operator.builders.contract import CONTRACT_KEY, build_contract_configmap
+from raytrain_operator.builders.errors import SpecError
+from raytrain_operator.handlers import faults
 from raytrain_operator.settings import OperatorConfig
 
 #: Kubernetes' limit of a ConfigMap's data (keys and values together).
@@ -72,8 +74,8 @@ def spec_problem(trainjob: TrainJob, meta: Meta) -> Problem | None:
         )
     try:
         configmap = build_contract_configmap(trainjob, meta, 0)
-    except ValueError as exc:
-        return ("InvalidSpec", f"{exc}; fix this field of the TrainJob")
+    except SpecError as exc:
+        return (faults.INVALID_SPEC, faults.spec_message(exc))
     size = sum(len(k) + len(v.encode()) for k, v in configmap["data"].items())
     if size > CONFIGMAP_LIMIT:
         return (

@@ -5,7 +5,8 @@ due and why, the Events to post, and what the pass read (its RayJobs, the TrainJ
 writes the TrainJob nor schedules anything: the engine (handlers/engine.py) does both, through
 its one write path and its one queue, which also keeps passes over one TrainJob from running at
 once. The attempt a pass works on is derived from the RayJobs that exist as well as from the
-status, so a lost status patch cannot send it back.
+status, so a lost status patch cannot send it back. What a pass reads of the cluster (RayJobs,
+RayClusters, pods) is in handlers/observe.py, whose names are importable from here as before.
 """
 
 from __future__ import annotations
@@ -15,36 +16,43 @@ import http.client
 import logging
 import ssl
 import time
-from collections.abc import Iterable, Mapping
-from datetime import datetime
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import kopf
 from pydantic import ValidationError
 
 from raytrain_contract.api import templates
 from raytrain_contract.api.v1alpha1 import TrainJob
-from raytrain_contract.meta import LABEL_ATTEMPT, LABEL_TRAINJOB, Meta
-from raytrain_contract.timefmt import parse_rfc3339
+from raytrain_contract.meta import Meta
 from raytrain_operator import k8s, metrics
 from raytrain_operator.builders.contract import build_contract_configmap
+from raytrain_operator.builders.errors import SpecError
 from raytrain_operator.builders.names import name_problems, rayjob_name
 from raytrain_operator.builders.rayjob import build_rayjob
 from raytrain_operator.builders.rbac import build_rbac
-from raytrain_operator.handlers import apply, preflight
+from raytrain_operator.handlers import apply, faults, preflight
 from raytrain_operator.handlers import templates as template_reader
+from raytrain_operator.handlers.observe import (
+    UNSCHEDULABLE_CHECK_AFTER_SECONDS as UNSCHEDULABLE_CHECK_AFTER_SECONDS,
+)
+from raytrain_operator.handlers.observe import (
+    UNSCHEDULABLE_LOOK_AGAIN_SECONDS as UNSCHEDULABLE_LOOK_AGAIN_SECONDS,
+)
+from raytrain_operator.handlers.observe import _unschedulable_look as _unschedulable_look
+from raytrain_operator.handlers.observe import attempt_evidence as attempt_evidence
+from raytrain_operator.handlers.observe import cluster_problem as cluster_problem
+from raytrain_operator.handlers.observe import lookup_rayjob as lookup_rayjob
+from raytrain_operator.handlers.observe import owned_rayjobs as owned_rayjobs
+from raytrain_operator.handlers.observe import with_cluster_workers as with_cluster_workers
 from raytrain_operator.handlers.state import PassState
 from raytrain_operator.status import conditions, machine, triage
 
-Logger = logging.Logger | logging.LoggerAdapter[Any]
-
-#: Pods of a cluster that is still starting are looked at (for Unschedulable) after this long.
-UNSCHEDULABLE_CHECK_AFTER_SECONDS = 10.0
-
-#: A starting cluster whose pods showed no problem is looked at again this long after the first
-#: look, then twice as long after that, and so on, up to the resync interval apart: a cluster
-#: that starts for long costs less and less.
-UNSCHEDULABLE_LOOK_AGAIN_SECONDS = 60.0
+if TYPE_CHECKING:
+    Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[Any]
+else:  # LoggerAdapter takes a subscript at run time from Python 3.11 only
+    Logger = logging.Logger | logging.LoggerAdapter
+LOG = logging.getLogger("raytrain_operator.reconcile")
 
 #: A pass that found its picture out of date runs again this much later.
 FENCED_RETRY_SECONDS = 1.0
@@ -101,11 +109,16 @@ def needs_operator(
 
 
 def parse_cached(
-    state: PassState, body: Mapping[str, Any], template: Mapping[str, Any] | None = None
-) -> tuple[TrainJob | None, str | None]:
+    state: PassState,
+    body: Mapping[str, Any],
+    template: Mapping[str, Any] | None = None,
+    logger: Logger = LOG,
+) -> tuple[TrainJob | None, str | None, str]:
     """parse(), once per uid and generation (and labels and annotations, which the builders
     copy, and the template's version): the spec of one generation never changes. A pass must
-    not change the model."""
+    not change the model. Returns the model, the problem and its Stalled reason: InvalidSpec
+    for the spec's problem, OperatorError for a builder's bug (logged, never kept: the next
+    pass builds again)."""
     metadata = body.get("metadata") or {}
     snap = template or {}
     # Hashes, not the strings: the key must not keep old annotations (kopf's copy of the
@@ -121,10 +134,15 @@ def parse_cached(
         snap.get("uid"),
         snap.get("resourceVersion"),
     )
-    result: tuple[TrainJob | None, str | None] = state.parsed_get(
-        key, lambda: parse(body, snap.get("spec") or {})
-    )
-    return result
+    try:
+        result: tuple[TrainJob | None, str | None] = state.parsed_get(
+            key, lambda: parse(body, snap.get("spec") or {})
+        )
+    except faults.BuilderBug as bug:
+        meta = Meta.from_metadata(body["metadata"])
+        message = faults.report(state, logger, meta, "building the children", bug.error)
+        return bug.trainjob, message, faults.OPERATOR_ERROR
+    return result[0], result[1], faults.INVALID_SPEC
 
 
 def parse(
@@ -132,7 +150,7 @@ def parse(
 ) -> tuple[TrainJob | None, str | None]:
     """The TrainJob model of ``body`` (its spec: the TrainJob's own, ``template``'s spec
     merged in), or the reason the spec cannot be used (names the field, and the template when
-    the field came from it)."""
+    the field came from it). Raises `faults.BuilderBug` when a builder breaks on it."""
     own = dict(body.get("spec") or {})
     template = template or {}
     spec = templates.merge(template, own) if template else own
@@ -155,124 +173,12 @@ def parse(
         build_rayjob(trainjob, meta, 0, suspend=False)
         build_contract_configmap(trainjob, meta, 0)
         build_rbac(trainjob, meta)
-    except ValueError as exc:
-        return trainjob, f"{exc}; fix this field of the TrainJob"
+    except SpecError as exc:
+        return trainjob, faults.spec_message(exc)
     except Exception as exc:
-        # Any builder failure (decimal overflow, a malformed override...) is a spec problem the
-        # user must see, not an exception that leaves the job Pending forever.
-        return trainjob, (
-            f"the operator could not build a RayJob from this spec ({type(exc).__name__}: "
-            f"{exc}); fix the field it names"
-        )
+        # Anything else is a bug in the operator, not in the spec (handlers/faults.py).
+        raise faults.BuilderBug(trainjob, exc) from exc
     return trainjob, None
-
-
-def owned_rayjobs(index: Any, meta: Meta) -> list[dict[str, Any]]:
-    """Every RayJob of this TrainJob (all attempts) from the index, or the API without one."""
-    if index is not None:
-        found = [dict(v) for v in index.get((meta.namespace, meta.name), ())]
-    else:
-        found = k8s.list_rayjobs(meta.namespace, f"{LABEL_TRAINJOB}={meta.name}")
-    return [r for r in found if _owned(r, meta)]
-
-
-def _owned(rayjob: Mapping[str, Any], meta: Meta) -> bool:
-    refs = (rayjob.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("uid") == meta.uid for r in refs)
-
-
-def lookup_rayjob(
-    owned: Iterable[Mapping[str, Any]], namespace: str, name: str, *, first_pass: bool = False
-) -> dict[str, Any] | None:
-    """The RayJob from the in-memory index; the API when the index has not seen it (yet).
-
-    A first pass (the TrainJob has no status yet) asks nobody: no pass has recorded an attempt,
-    so the RayJob can only exist if a pass made it and died before its status write. The
-    pass then plans to create it, and `apply.fence` and `apply.ensure_children` read the
-    server before anything is written: the RayJob found there is ours and is applied over, not
-    duplicated. This saves a new TrainJob one round trip before its RayJob.
-    """
-    for value in owned:
-        if (value.get("metadata") or {}).get("name") == name:
-            metrics.RAYJOB_LOOKUPS.labels(source="index").inc()
-            return dict(value)
-    if first_pass:
-        metrics.RAYJOB_LOOKUPS.labels(source="first-pass").inc()
-        return None
-    metrics.RAYJOB_LOOKUPS.labels(source="api").inc()
-    return k8s.get_rayjob(namespace, name)
-
-
-def cluster_problem(
-    state: PassState,
-    rayjob: Mapping[str, Any],
-    index: Any,
-    meta: Meta,
-    attempt: int,
-    now: datetime,
-    *,
-    trainjob: TrainJob,
-) -> tuple[str, str] | None:
-    """Why the cluster of a starting RayJob lacks pods: KubeRay's ReplicaFailure (a quota, an
-    admission webhook) or a pod the scheduler cannot place, with their own messages. `trainjob`
-    gives the memory settings that an OOMKilled message names as they are now."""
-    status = rayjob.get("status") or {}
-    if status.get("jobDeploymentStatus") not in ("Initializing", "", None):
-        return None
-    rj_name = (rayjob.get("metadata") or {}).get("name")
-    for entry in (index or {}).get((meta.namespace, rj_name), ()):
-        failure = entry.get("replicaFailure")
-        if failure:
-            return (
-                "ReplicaFailure",
-                f"KubeRay cannot create the pods of RayCluster {entry.get('name')} "
-                f"({failure.get('reason')}): {failure.get('message')}",
-            )
-    started = parse_rfc3339(status.get("startTime"))
-    if started is None or (now - started).total_seconds() < UNSCHEDULABLE_CHECK_AFTER_SECONDS:
-        return None
-    if not state.may_list_pods():
-        return None
-    selector = f"{LABEL_TRAINJOB}={meta.name},{LABEL_ATTEMPT}={attempt}"
-    pods = k8s.list_pods(meta.namespace, selector)
-    if pods is None:
-        state.pods_forbidden()
-        return None
-    for pod in pods:
-        cond = triage.unschedulable_condition(pod)
-        if cond is not None:
-            name = (pod.get("metadata") or {}).get("name")
-            message = str(cond.get("message") or "no message")
-            advice = triage.host_ports_advice(pod, message)
-            return (
-                "Unschedulable",
-                f"pod {name} cannot be scheduled: {message}" + (f"; {advice}" if advice else ""),
-            )
-    # An image that cannot be pulled, a container killed for memory, a node gone.
-    found = triage.classify_pods(
-        pods,
-        (),
-        machine.worker_memory(trainjob),
-        head_memory=machine.head_memory(trainjob),
-    )
-    return (found.reason, found.message) if found is not None else None
-
-
-def attempt_evidence(
-    state: PassState, rayjob: Mapping[str, Any], index: Any, meta: Meta, attempt: int
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The Ray pods of a failed attempt (the builders' labels: TrainJob and attempt) and its
-    RayCluster's ReplicaFailure as an Event, for the failure's classification. Read only when
-    the attempt failed; no pods when the operator may not list them."""
-    rj_name = (rayjob.get("metadata") or {}).get("name")
-    events = triage.replica_failure_events(list((index or {}).get((meta.namespace, rj_name), ())))
-    if not state.may_list_pods():
-        return [], events
-    pods = k8s.list_pods(meta.namespace, f"{LABEL_TRAINJOB}={meta.name},{LABEL_ATTEMPT}={attempt}")
-    if pods is None:
-        state.pods_forbidden()
-        return [], events
-    return pods, events
 
 
 def announce_failure(meta: Meta, attempt: int, found: triage.Triage) -> Event:
@@ -283,46 +189,6 @@ def announce_failure(meta: Meta, attempt: int, found: triage.Triage) -> Event:
         namespace=meta.namespace, trainjob=meta.name, reason=found.reason
     ).inc()
     return Event(True, found.reason, message[: conditions.MAX_MESSAGE])
-
-
-def _unschedulable_look(
-    rayjob: Mapping[str, Any] | None, now: datetime, longest: float
-) -> float | None:
-    """Seconds until a starting cluster's pods are looked at: UNSCHEDULABLE_CHECK_AFTER_SECONDS
-    after it started, then UNSCHEDULABLE_LOOK_AGAIN_SECONDS after that look, each next wait twice
-    the last, at most `longest`. Counted from the start, so a pass an event brings in between
-    moves nothing. None when it is not starting."""
-    status = (rayjob or {}).get("status") or {}
-    started = parse_rfc3339(status.get("startTime"))
-    if started is None or status.get("jobDeploymentStatus") != "Initializing":
-        return None
-    elapsed = (now - started).total_seconds()
-    at, wait = UNSCHEDULABLE_CHECK_AFTER_SECONDS, UNSCHEDULABLE_LOOK_AGAIN_SECONDS
-    while at <= elapsed - 0.5:
-        at += min(wait, longest)
-        wait *= 2
-    return at - elapsed + 0.5
-
-
-def with_cluster_workers(rayjob: dict[str, Any], index: Any) -> dict[str, Any]:
-    """The RayJob with its cluster's worker counts taken from the RayCluster itself.
-
-    The RayJob's `status.rayClusterStatus` is KubeRay's copy, refreshed only when KubeRay reaches
-    the Ray dashboard; the RayCluster's own status is current.
-    """
-    if index is None:
-        return rayjob
-    meta = rayjob.get("metadata") or {}
-    status = dict(rayjob.get("status") or {})
-    for entry in index.get((meta.get("namespace"), meta.get("name")), ()):
-        if status.get("rayClusterName") not in (None, entry["name"]):
-            continue
-        cluster = dict(status.get("rayClusterStatus") or {})
-        for key in ("desiredWorkerReplicas", "readyWorkerReplicas"):
-            if entry.get(key) is not None:
-                cluster[key] = entry[key]
-        return {**rayjob, "status": {**status, "rayClusterStatus": cluster}}
-    return rayjob
 
 
 def reconcile(
@@ -397,8 +263,7 @@ def _pass(
     status: dict[str, Any] = dict(body.get("status") or {})
     resolved = template_reader.resolve(meta.namespace, body.get("spec") or {}, status)
     snapshot = resolved.snapshot if resolved.write else status.get("template")
-    trainjob, spec_problem = parse_cached(state, body, snapshot)
-    spec_problem_reason = "InvalidSpec"
+    trainjob, spec_problem, spec_problem_reason = parse_cached(state, body, snapshot, logger)
     if resolved.problem is not None:
         spec_problem, spec_problem_reason = resolved.problem, "TemplateUnavailable"
     now = machine.now_utc()

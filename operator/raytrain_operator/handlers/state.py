@@ -28,6 +28,8 @@ class PassState:
     #: parse() results by (uid, generation, labels, annotations, template version).
     parsed: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     pods_forbidden_until: float = 0.0
+    #: Builder bugs whose traceback was logged: (uid, exception type, message).
+    faults: set[tuple[Any, ...]] = field(default_factory=set)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
 
@@ -54,11 +56,23 @@ class PassState:
             self.parsed[key] = result
         return result
 
+    def first_fault(self, key: tuple[Any, ...]) -> bool:
+        """True the first time a builder bug `key` (uid, type, message) is met, so its
+        traceback is logged once."""
+        with self._guard:
+            if key in self.faults:
+                return False
+            if len(self.faults) >= PARSED_MAX:
+                self.faults.clear()
+            self.faults.add(key)
+            return True
+
     def forget(self, uid: str) -> None:
-        """Drop a deleted TrainJob's parsed specs."""
+        """Drop a deleted TrainJob's parsed specs and logged faults."""
         with self._guard:
             for key in [k for k in self.parsed if k[0] == uid]:
                 self.parsed.pop(key, None)
+            self.faults = {k for k in self.faults if k[0] != uid}
 
     def may_list_pods(self) -> bool:
         return time.monotonic() >= self.pods_forbidden_until

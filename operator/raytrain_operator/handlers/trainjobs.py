@@ -41,8 +41,10 @@ def on_change(
     """
     if namespace is None:
         return
-    cause = kopf.Reason(reason).value
-    created = dict(body) if cause == kopf.Reason.CREATE.value else None
+    # str(): kopf.Reason is an enum.StrEnum from kopf 1.45 (Python 3.11+), a (str, Enum) in
+    # the 1.44 that Python 3.10 gets; both print as their value.
+    cause = str(kopf.Reason(reason))
+    created = dict(body) if cause == str(kopf.Reason.CREATE) else None
     engine_of(memo).enqueue((namespace, name), cause, created=created)
 
 
