@@ -19,15 +19,24 @@ EXTRAS := dev,runtime
 # the SDK and CLI (sdk/), then the operator and the runtime (the root).
 DISTS := contract sdk
 STAMP_DIR := .make
-CONSTRAINTS := $(wildcard constraints.txt)
+# The interpreter's prefix and version: "/path/to/venv 3.11.7 (main, ...)".
+PYTHON_ID := $(shell $(PYTHON) -c 'import sys; print(sys.prefix, sys.version)')
+# constraints.txt pins what the images run, resolved for CPython 3.11 (its header says so): the
+# installs use it on 3.11 only. Elsewhere pip resolves pyproject.toml's ranges (kopf 1.45, say,
+# needs 3.11 and 1.44 serves 3.10).
+CONSTRAINTS := $(if $(filter 3.11.%,$(word 2,$(PYTHON_ID))),$(wildcard constraints.txt))
 INSTALL_KEY := $(shell { cat $(DISTS:%=%/pyproject.toml) pyproject.toml $(CONSTRAINTS); \
-  $(PYTHON) -c 'import sys; print(sys.prefix, sys.version)'; } | sha256sum | cut -c1-16)
+  echo '$(PYTHON_ID)'; } | sha256sum | cut -c1-16)
 INSTALL_STAMP := $(STAMP_DIR)/install-$(INSTALL_KEY)
+# The light install of `make check`: the contract, the SDK and CLI and the operator with the dev
+# extra; no runtime extra, so no Ray and no torch. Same key and rule as the full install, a stamp
+# of its own; where the full install is done, it is not needed.
+CHECK_STAMP := $(STAMP_DIR)/check-install-$(INSTALL_KEY)
 # The framework packages of the Transformers and Lightning examples: outside pyproject.toml so
 # the images' dependency layer (keyed on it) stays the same; their own stamp, same rule.
 FRAMEWORKS := examples/requirements-frameworks.txt
 FRAMEWORKS_KEY := $(shell { cat $(FRAMEWORKS) pyproject.toml $(CONSTRAINTS); \
-  $(PYTHON) -c 'import sys; print(sys.prefix, sys.version)'; } | sha256sum | cut -c1-16)
+  echo '$(PYTHON_ID)'; } | sha256sum | cut -c1-16)
 FRAMEWORKS_STAMP := $(STAMP_DIR)/frameworks-$(FRAMEWORKS_KEY)
 
 # The tests run inside a network namespace where nothing reaches the network (see
@@ -35,9 +44,12 @@ FRAMEWORKS_STAMP := $(STAMP_DIR)/frameworks-$(FRAMEWORKS_KEY)
 NETNS := bash e2e/netns/run.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install prereqs builds-debs builds-go builds-images builds-demo-images builds-minio builds-kueue demo up down shell test test-faults test-frameworks test-pending unit lint crds crds-check cluster-up cluster-down bench
+.PHONY: help check check-install check-lint check-tests check-pythons install prereqs builds-debs builds-go builds-images builds-demo-images builds-minio builds-kueue demo up down shell test test-faults test-frameworks test-pending unit lint crds crds-check cluster-up cluster-down bench
 
 help:
+	@echo "make check         the fast loop, before every commit: lint, then the unit and contract"
+	@echo "                  tests (no Ray, no torch, no cluster; a light install, once), also on"
+	@echo "                  each other Python of CHECK_PYTHONS found here; what CI runs on a pull request"
 	@echo "make demo          run the example TrainJob end to end (installs first; see README)"
 	@echo "make up            the demo's cluster, left running: the real node, MinIO, the operator"
 	@echo "                  (prints how to reach it); make shell opens a shell in it"
@@ -56,6 +68,14 @@ help:
 	@echo "make bench         benchmarks (long; not part of make test)"
 
 install: $(INSTALL_STAMP) $(FRAMEWORKS_STAMP)
+
+check-install: $(if $(wildcard $(INSTALL_STAMP)),,$(CHECK_STAMP))
+
+$(CHECK_STAMP):
+	$(PYTHON) -m pip install $(DISTS:%=-e ./%) -e '.[dev]' $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	@mkdir -p $(STAMP_DIR)
+	@rm -f $(STAMP_DIR)/check-install-*
+	@touch $@
 
 $(INSTALL_STAMP):
 	$(PYTHON) -m pip install $(DISTS:%=-e ./%) -e '.[$(EXTRAS)]' $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
@@ -123,11 +143,35 @@ shell:
 
 # import-linter runs through the interpreter: it has no `python -m` entry, and its console
 # script is not on PATH when the virtualenv is not activated (make PYTHON=.venv/bin/python).
-lint: install
-	$(PYTHON) -m ruff check .
-	$(PYTHON) -m ruff format --check .
-	$(PYTHON) -m mypy $(PKGS)
+# mypy checks as Python 3.10 (pyproject.toml), the oldest that requires-python allows.
+LINT = \
+	$(PYTHON) -m ruff check . && \
+	$(PYTHON) -m ruff format --check . && \
+	$(PYTHON) -m mypy $(PKGS) && \
 	$(PYTHON) -c 'from importlinter.cli import lint_imports_command; lint_imports_command()'
+
+lint: install
+	$(LINT)
+
+# `make check`: lint, then the tests a bare `pytest` runs (pyproject.toml: tests/unit and
+# tests/contract, not the `runtime` ones), on the light install or the full one; then the same
+# tests on each other Python of CHECK_PYTHONS (the versions CI's matrix runs,
+# .github/workflows/check.yml) that this machine has, each in a virtualenv of its own under
+# .make/ with the same light install (once). A Python it does not find is skipped with a line
+# that says so; `make check CHECK_PYTHONS=` checks $(PYTHON) alone. Nothing here needs the
+# network namespace: no test of the set reaches a cluster.
+CHECK_PYTHONS ?= python3.10 python3.11 python3.12 python3.13
+
+check: check-pythons
+
+check-lint: check-install
+	$(LINT)
+
+check-tests: check-lint
+	$(PYTHON) -m pytest --durations=10
+
+check-pythons: check-tests
+	@PYTHON='$(PYTHON)' bash scripts/check-pythons.sh $(CHECK_PYTHONS)
 
 # pytest exits 5 when it collects no test, so a suite that runs nothing fails here too.
 # --durations: the log of every run names its slowest tests, CI's included. TEST_MARKERS
@@ -158,7 +202,7 @@ test-frameworks: install prereqs
 test-pending: install prereqs
 	$(NETNS) $(PYTHON) -m pytest -m realpods_pending tests/integration || [ $$? -eq 5 ]
 
-unit: install
+unit: check-install
 	$(PYTHON) -m pytest tests/unit
 
 crds:

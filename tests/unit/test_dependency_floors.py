@@ -51,7 +51,10 @@ def _floor(name: str) -> Version:
     return floors[0]
 
 
-@pytest.mark.parametrize("name", sorted(WHY))
+@pytest.mark.parametrize(
+    "name",
+    [n if n == "kopf" else pytest.param(n, marks=pytest.mark.runtime) for n in sorted(WHY)],
+)
 def test_installed_version_is_at_least_the_floor(name: str) -> None:
     if name != "kopf":
         pytest.importorskip(name, reason=f"{name} comes with the runtime extra: make install")
@@ -68,6 +71,7 @@ def test_kopf_has_the_watch_setting_the_floor_is_for() -> None:
     assert "inactivity_timeout" in vars(kopf.OperatorSettings().watching)
 
 
+@pytest.mark.runtime
 def test_ray_has_every_train_v2_api_trainer_runtime_calls(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -97,6 +101,7 @@ def test_ray_has_every_train_v2_api_trainer_runtime_calls(
     assert callable(TuneReportCallback) and callable(tune.RunConfig)
 
 
+@pytest.mark.runtime
 def test_ray_has_the_report_queue_a_failing_rank_waits_on() -> None:
     """trainer_runtime/flush.py reads the worker's report queue and counters (Ray internals);
     where they are gone the wrapper quietly does nothing, so a Ray upgrade must be seen here."""

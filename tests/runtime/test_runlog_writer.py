@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 pafs = pytest.importorskip("pyarrow.fs")
+pytestmark = pytest.mark.runtime
 
 from trainer_runtime import runlog  # noqa: E402
 from trainer_runtime.runlog import RunLog  # noqa: E402
