@@ -132,11 +132,27 @@ def test_the_ttl_clean_up_runs_when_due(
     assert counter(quiet_operator.metrics(), "raytrain_reconciles_total", handler="resync") == 0
 
 
+def versions(cluster: KubeCluster, ns: str, name: str) -> tuple[str, str]:
+    """The resourceVersions of the TrainJob and of its first RayJob: what the resync compares."""
+    job = get(cluster, ns, "trainjobs.raytrain.dev", name) or {}
+    rayjob = get(cluster, ns, "rayjobs.ray.io", f"{name}-0") or {}
+    return (
+        str((job.get("metadata") or {}).get("resourceVersion")),
+        str((rayjob.get("metadata") or {}).get("resourceVersion")),
+    )
+
+
 def test_the_resync_lists_the_whole_set_and_runs_no_pass_for_an_idle_job(
     kube_cluster: KubeCluster, namespace: str, crds: None, tmp_path: Path
 ) -> None:
     """With a 2 s interval the whole set is listed every 2 s; a job where nothing happens gets
-    no pass from it (passes follow events, not the clock)."""
+    no pass from it (passes follow events, not the clock).
+
+    Idle means nothing the resync compares changed over the window: right after the RayJob's
+    creation KubeRay is still writing it, and a resync that lists a change before its watch
+    event arrives runs a pass for it, as it should. So the window counted is one over which
+    neither the TrainJob's nor the RayJob's resourceVersion moved; the first such window
+    within T_CREATE decides."""
     op = Operator(kube_cluster, namespace, tmp_path / "operator.log", resync_seconds=2)
     op.start()
     try:
@@ -144,13 +160,28 @@ def test_the_resync_lists_the_whole_set_and_runs_no_pass_for_an_idle_job(
         create(kube_cluster, ns, secret(f"{name}-s3"))
         create(kube_cluster, ns, trainjob(name))
         wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
-        resyncs = counter(op.metrics(), "raytrain_resyncs_total")
-        wait_for(
-            lambda: counter(op.metrics(), "raytrain_resyncs_total") >= resyncs + 3,
-            T_CREATE,
-            "three resyncs of the whole set",
+        windows: list[tuple[float, float, bool]] = []
+
+        def idle_window() -> bool:
+            before = versions(kube_cluster, ns, name)
+            resyncs = counter(op.metrics(), "raytrain_resyncs_total")
+            passes = counter(op.metrics(), "raytrain_reconciles_total", handler="resync")
+            wait_for(
+                lambda: counter(op.metrics(), "raytrain_resyncs_total") >= resyncs + 3,
+                T_CREATE,
+                "three resyncs of the whole set",
+            )
+            after = counter(op.metrics(), "raytrain_reconciles_total", handler="resync")
+            idle = versions(kube_cluster, ns, name) == before
+            windows.append((passes, after, idle))
+            return idle
+
+        wait_for(idle_window, T_CREATE, "three resyncs over which the job stayed as it was")
+        passes, after, _ = windows[-1]
+        assert after == passes, (
+            f"the resync ran {after - passes:.0f} pass(es) for a job where nothing changed "
+            f"(windows: {windows})"
         )
-        assert counter(op.metrics(), "raytrain_reconciles_total", handler="resync") == 0
     finally:
         op.stop()
         print(f"--- operator log ({op.log}) ---\n{op.tail(200)}")
