@@ -44,7 +44,7 @@ FRAMEWORKS_STAMP := $(STAMP_DIR)/frameworks-$(FRAMEWORKS_KEY)
 NETNS := bash e2e/netns/run.sh
 PYTEST_ARGS ?=
 
-.PHONY: help check check-install check-lint check-tests check-pythons install prereqs builds-debs builds-go builds-images builds-demo-images builds-minio builds-kueue demo up down shell test test-faults test-frameworks test-pending unit lint crds crds-check cluster-up cluster-down bench
+.PHONY: help check check-install check-lint check-tests check-pythons install prereqs builds-debs builds-go builds-images builds-demo-images builds-minio builds-kueue demo up down shell test test-faults test-frameworks test-long test-pending unit lint crds crds-check cluster-up cluster-down bench
 
 help:
 	@echo "make check         the fast loop, before every commit: lint, then the unit and contract"
@@ -57,6 +57,7 @@ help:
 	@echo "make test          install, build the test prerequisites, lint, the test suite CI runs"
 	@echo "make test-faults   the real-pod fault tests make test leaves out (long: its evictions and drain alone take about 20 min)"
 	@echo "make test-frameworks  the Transformers and Lightning examples on real pods"
+	@echo "make test-long     the long local-mode Ray runs and real-pod runs make test leaves out"
 	@echo "make install       install the project with the runtime and dev extras, and the"
 	@echo "                  framework packages of the examples (once)"
 	@echo "make prereqs       build what the tests need (control plane, real node, MinIO, Kueue,"
@@ -175,9 +176,10 @@ check-pythons: check-tests
 
 # pytest exits 5 when it collects no test, so a suite that runs nothing fails here too.
 # --durations: the log of every run names its slowest tests, CI's included. TEST_MARKERS
-# leaves out what only `make test-faults`, `make test-pending` and a benchmark run (tests/integration/
+# leaves out what only `make test-faults`, `make test-frameworks`, `make test-long`,
+# `make test-pending` and a benchmark run (tests/integration/
 # conftest.py and pyproject.toml name the markers).
-TEST_MARKERS ?= not realpods_pending and not realpods_preemption and not realpods_second_cluster and not realpods_bench and not realpods_sigkill and not realpods_mid_epoch and not realpods_frameworks
+TEST_MARKERS ?= not realpods_pending and not realpods_preemption and not realpods_second_cluster and not realpods_bench and not realpods_sigkill and not realpods_mid_epoch and not realpods_frameworks and not long
 # scripts/test.sh runs tests/integration and the tests that need no cluster side by side.
 test: install prereqs lint
 	PYTHON='$(PYTHON)' bash scripts/test.sh '$(TEST_MARKERS)' $(PYTEST_ARGS)
@@ -192,10 +194,18 @@ test-faults: install prereqs
 	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py tests/integration/test_realpods_preemption.py tests/integration/test_realpods_triage.py
 
 # The Transformers and Lightning examples as written, in the frameworks image, on real pods.
-# `make test` trains both in local mode (tests/runtime/test_frameworks.py) and checks the image
-# (tests/images), and leaves these out to stay within CI's time.
+# `make test` checks the image (tests/images) and leaves these out to stay within CI's time;
+# `make test-long` trains both in local mode (tests/runtime/test_frameworks.py).
 test-frameworks: install prereqs
 	$(NETNS) $(PYTHON) -m pytest -m realpods_frameworks tests/integration/test_realpods.py
+
+# The long runs `make test` leaves out to stay within CI's time (marker `long`): local-mode Ray
+# runs of a minute or more each (Tune, Ray Data, the frameworks, mid-epoch and preemption-notice
+# resumes, a killed worker; make test keeps `raytrain run --local` and its resume) and the code
+# folder on real pods through the shared test cluster (make test runs the same path through
+# `make up`'s test).
+test-long: install prereqs
+	$(NETNS) $(PYTHON) -m pytest -m long tests/runtime tests/integration/test_realpods_code.py
 
 # The real-pod tests that do not pass yet (docs/real-node.md); not part of `make test`.
 # When none carries the marker, pytest's "no tests collected" (exit 5) is a pass.

@@ -113,7 +113,10 @@ def test_the_ttl_clean_up_runs_when_due(
 ) -> None:
     ns, name = namespace, "ttl"
     create(kube_cluster, ns, secret(f"{name}-s3"))
-    create(kube_cluster, ns, trainjob(name, ttlSecondsAfterFinished=5))
+    # Long enough that the pass woken by the Failed status write comes before the TTL is due
+    # even on a loaded machine: a pass that came later would delete at once, woken by that
+    # event rather than by the due time this test is about.
+    create(kube_cluster, ns, trainjob(name, ttlSecondsAfterFinished=20))
     wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0"), T_CREATE, "RayJob")
     runtime_report(
         kube_cluster,

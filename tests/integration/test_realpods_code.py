@@ -109,6 +109,7 @@ def _record(**seconds: float) -> None:
             f.write(json.dumps({k: round(v, 1) for k, v in seconds.items()}) + "\n")
 
 
+@pytest.mark.long
 def test_a_folder_in_no_image_trains_on_real_pods_and_an_edited_line_runs_when_resubmitted(
     real_world: RealWorld, namespace: str, tmp_path: Path
 ) -> None:

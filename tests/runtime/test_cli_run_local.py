@@ -80,6 +80,7 @@ def _manifest_resuming_from(tmp_path: Path, name: str, checkpoint: str) -> str:
     return str(path)
 
 
+@pytest.mark.long
 def test_a_new_job_with_resume_from_starts_at_another_runs_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

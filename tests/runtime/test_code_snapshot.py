@@ -182,6 +182,7 @@ def _answers(storage: Path) -> list[list[int]]:
     return found
 
 
+@pytest.mark.long
 def test_a_local_run_trains_from_a_folder_in_no_image_and_runs_an_edited_line(
     tmp_path: Path,
 ) -> None:

@@ -117,6 +117,7 @@ def warned(caplog: pytest.LogCaptureFixture) -> list[str]:
 CLI_DEADLINE_S = 420
 
 
+@pytest.mark.long
 def test_raytrain_run_local_reads_a_parquet_dataset_split_across_two_workers(
     tmp_path: Path,
 ) -> None:
@@ -156,6 +157,7 @@ def test_raytrain_run_local_reads_a_parquet_dataset_split_across_two_workers(
     assert_split(out, range(2))
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 @pytest.mark.usefixtures("ray_local")
 def test_csv_not_split_reaches_every_worker_whole_when_workers_hold_every_cpu(
@@ -170,6 +172,7 @@ def test_csv_not_split_reaches_every_worker_whole_when_workers_hold_every_cpu(
     assert_whole(out, range(1))
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 @pytest.mark.usefixtures("ray_local")
 def test_csv_split_then_a_stopped_run_resumes_after_its_checkpoint(
@@ -192,6 +195,7 @@ def test_csv_split_then_a_stopped_run_resumes_after_its_checkpoint(
     assert_split(out, range(1, 2))
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 @pytest.mark.usefixtures("ray_local")
 def test_parquet_on_s3_split_across_two_workers(s3_env: Any, make_doc: Any, tmp_path: Path) -> None:
@@ -211,6 +215,7 @@ def test_parquet_on_s3_split_across_two_workers(s3_env: Any, make_doc: Any, tmp_
     assert_split(out, range(1))
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 @pytest.mark.usefixtures("ray_local")
 def test_the_driver_names_the_resources_a_starved_read_waits_for(
@@ -254,6 +259,7 @@ def test_the_driver_names_the_resources_a_starved_read_waits_for(
     assert_whole(out, range(1), workers=1)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(300)
 @pytest.mark.usefixtures("ray_local")
 def test_the_digits_example_trains_on_its_parquet_table_split_across_two_workers(

@@ -105,6 +105,7 @@ def no_scratch_left(pattern: str) -> Iterator[None]:
     assert set(scratch.glob(pattern)) - before == set()
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_transformers_trainer_reports_progress_and_checkpoints_and_resumes(
     make_doc: Any, tmp_path: Path
@@ -123,6 +124,7 @@ def test_transformers_trainer_reports_progress_and_checkpoints_and_resumes(
     assert last["metrics"]["eval_loss"] < losses[1]
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_lightning_trainer_reports_progress_and_checkpoints_and_resumes(
     make_doc: Any, tmp_path: Path

@@ -44,6 +44,7 @@ def run(doc: dict[str, Any]) -> list[dict[str, float]]:
     return reports(sink)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_a_run_stopped_mid_epoch_resumes_at_the_saved_batch_not_the_epoch_start(
     make_doc: Any, tmp_path: Path

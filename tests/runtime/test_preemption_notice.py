@@ -109,6 +109,7 @@ def main(storage: str) -> None:
     cluster.shutdown()  # type: ignore[no-untyped-call]
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_a_drained_node_gets_a_checkpoint_at_the_notice_and_the_new_group_resumes_there(
     tmp_path: Path,

@@ -39,6 +39,7 @@ def reported(sink: RecordingTransport, name: str) -> list[float]:
     return out
 
 
+@pytest.mark.long
 def test_digits_reaches_accuracy_and_keeps_num_to_keep_checkpoints(
     s3_env: Any, make_doc: Any
 ) -> None:
@@ -64,6 +65,7 @@ def test_digits_reaches_accuracy_and_keeps_num_to_keep_checkpoints(
     assert latest.rsplit("/", 1)[1] in dirs
 
 
+@pytest.mark.long
 def test_killed_worker_resumes_from_latest_checkpoint_and_a_rerun_resumes_too(
     s3_env: Any, make_doc: Any, tmp_path: Path
 ) -> None:
@@ -133,6 +135,7 @@ def test_a_raising_loop_ends_in_a_failed_report_naming_the_error(
     assert "ValueError" in final["message"] and "label tensor has shape" in final["message"]
 
 
+@pytest.mark.long
 def test_a_search_whose_every_trial_raises_names_the_trials_error(
     make_doc: Any, tmp_path: Path
 ) -> None:
@@ -165,6 +168,7 @@ def test_an_entrypoint_that_does_not_import_ends_in_a_failed_report(
     assert "'examples.digits.nope:train'" in final["message"] and "not found" in final["message"]
 
 
+@pytest.mark.long
 def test_a_tune_search_runs_each_trial_as_a_torch_trainer(make_doc: Any, tmp_path: Path) -> None:
     doc = make_doc(config={"epochs": 2, "lr": 0.1},
                    storage={"type": "pvc", "path": str(tmp_path / "store")})  # fmt: skip

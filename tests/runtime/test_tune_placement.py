@@ -80,6 +80,7 @@ finally:
 """
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_trial_drivers_run_on_the_head_that_advertises_no_cpu(tmp_path: Path) -> None:
     path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
