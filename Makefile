@@ -201,11 +201,13 @@ test-frameworks: install prereqs
 
 # The long runs `make test` leaves out to stay within CI's time (marker `long`): local-mode Ray
 # runs of a minute or more each (Tune, Ray Data, the frameworks, mid-epoch and preemption-notice
-# resumes, a killed worker; make test keeps `raytrain run --local` and its resume) and the code
+# resumes, a killed worker; make test keeps `raytrain run --local` and its resume), the code
 # folder on real pods through the shared test cluster (make test runs the same path through
-# `make up`'s test).
+# `make up`'s test), and on real pods Kueue's workload slices, a DRA device in each worker and a
+# host-network worker (make test checks slices and device claims on the KWOK nodes, and the
+# node's DRA driver and NetworkPolicy in test_realnode.py).
 test-long: install prereqs
-	$(NETNS) $(PYTHON) -m pytest -m long tests/runtime tests/integration/test_realpods_code.py
+	$(NETNS) $(PYTHON) -m pytest -m long tests/runtime tests/integration/test_realpods.py tests/integration/test_realpods_code.py
 
 # The real-pod tests that do not pass yet (docs/real-node.md); not part of `make test`.
 # When none carries the marker, pytest's "no tests collected" (exit 5) is a pass.

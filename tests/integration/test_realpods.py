@@ -766,6 +766,7 @@ def test_a_framework_example_trains_in_the_frameworks_image(
         cluster.kubectl("delete", "pv", pv_name, "--wait=false", check=False)
 
 
+@pytest.mark.long
 def test_a_worker_on_the_hosts_network_trains_behind_the_jobs_network_policy(
     real_world: RealWorld, namespace: str
 ) -> None:
@@ -810,6 +811,7 @@ def test_a_worker_on_the_hosts_network_trains_behind_the_jobs_network_policy(
 DRA_EPOCHS = 40
 
 
+@pytest.mark.long
 def test_a_device_claimed_through_dra_reaches_each_worker_container(
     real_world: RealWorld, namespace: str
 ) -> None:
@@ -954,6 +956,7 @@ def test_rays_autoscaler_scales_an_elastic_job_under_the_runtime_scope_policy(
         assert "Forbidden" not in log, log[-3000:]
 
 
+@pytest.mark.long
 def test_kueue_admits_an_elastic_jobs_growth_as_a_workload_slice(
     real_world: RealWorld, namespace: str, tmp_path: Path
 ) -> None:
