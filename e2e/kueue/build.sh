@@ -9,7 +9,7 @@
 # workload slices.
 set -euo pipefail
 
-KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
+KUEUE_VERSION="${KUEUE_VERSION:-v0.19.2}"
 CACHE_ROOT="${RAYTRAIN_CACHE:-$HOME/.cache/raytrain}"
 DEST_DIR="$CACHE_ROOT/kueue-$KUEUE_VERSION"
 

@@ -27,7 +27,7 @@ from _ports import free_port
 from _wait import wait_for
 from conftest import REPO, KubeCluster
 
-KUEUE_VERSION = "v0.17.0"
+KUEUE_VERSION = "v0.19.2"
 BUILD_SH = REPO / "e2e" / "kueue" / "build.sh"
 #: The API groups' resources whose webhooks we register: Kueue's own objects and the Ray ones.
 RESOURCES = {
@@ -38,6 +38,8 @@ RESOURCES = {
 NAMESPACED_JOBS = {"rayjobs", "rayclusters"}
 WEBHOOK_NAMES = ("raytrain-tests-kueue-mutating", "raytrain-tests-kueue-validating")
 SLICES = "ElasticJobsViaWorkloadSlices=true"
+#: The gate is beta and on by default from Kueue 0.18; a cluster may still turn it off.
+NO_SLICES = "ElasticJobsViaWorkloadSlices=false"
 
 
 def home() -> Path:

@@ -1,4 +1,4 @@
-"""Queued TrainJobs under a real Kueue (v0.17, built from Go modules) on the local control plane.
+"""Queued TrainJobs under a real Kueue (v0.19, built from Go modules) on the local control plane.
 
 An elastic TrainJob with `spec.scaling.kueueWorkloadSlices` is admitted at minWorkers and grows
 a workload slice at a time: Ray's autoscaler raises the RayCluster's worker replicas, Kueue
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from _wait import wait_for
 from conftest import KubeCluster
-from kueue import SLICES, Kueue, running
+from kueue import NO_SLICES, SLICES, Kueue, running
 from test_operator import (
     T_CREATE,
     T_KUBERAY,
@@ -48,7 +48,7 @@ def kueue(kube_cluster: KubeCluster, namespace: str, tmp_path: Path) -> Iterator
 def kueue_without_slices(
     kube_cluster: KubeCluster, namespace: str, tmp_path: Path
 ) -> Iterator[Kueue]:
-    with running(kube_cluster, namespace, tmp_path, "") as started:
+    with running(kube_cluster, namespace, tmp_path, NO_SLICES) as started:
         yield started
 
 

@@ -960,7 +960,7 @@ def test_rays_autoscaler_scales_an_elastic_job_under_the_runtime_scope_policy(
 def test_kueue_admits_an_elastic_jobs_growth_as_a_workload_slice(
     real_world: RealWorld, namespace: str, tmp_path: Path
 ) -> None:
-    """`scaling.kueueWorkloadSlices` in a Kueue queue (Kueue v0.17, its
+    """`scaling.kueueWorkloadSlices` in a Kueue queue (Kueue v0.19, its
     ElasticJobsViaWorkloadSlices gate on): Kueue admits the job at one worker. Ray Train asks
     for two; Ray's autoscaler raises the worker group's replicas; Kueue admits a slice of two
     workers and lets the second worker pod, gated until then, be scheduled. The job trains to

@@ -146,7 +146,7 @@ def test_a_webhooks_denial_is_not_called_a_missing_permission(
 def test_kueue_refusing_slices_names_the_field_and_its_feature_gate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Kueue 0.17's webhook, its ElasticJobsViaWorkloadSlices gate off, on a queued RayJob that
+    # Kueue's webhook (0.17 and 0.19 word it alike), its ElasticJobsViaWorkloadSlices gate off, on a queued RayJob that
     # runs Ray's autoscaler.
     words = (
         'admission webhook "vrayjob.kb.io" denied the request: '

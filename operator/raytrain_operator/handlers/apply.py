@@ -132,7 +132,8 @@ def _refused(exc: ApiException, body: dict[str, Any]) -> Rejected:
         # RayJob that runs Ray's autoscaler.
         fix = (
             "spec.scaling.kueueWorkloadSlices needs Kueue's ElasticJobsViaWorkloadSlices "
-            "feature gate; turn it on in Kueue's configuration, or remove kueueWorkloadSlices "
+            "feature gate, which this cluster's Kueue has off (on by default from Kueue 0.18); "
+            "turn it on in Kueue's configuration, or remove kueueWorkloadSlices "
             "(the job then asks Kueue for maxWorkers and runs at that size)"
         )
     elif exc.status == 403 and not webhook:
