@@ -146,8 +146,8 @@ def test_a_webhooks_denial_is_not_called_a_missing_permission(
 def test_kueue_refusing_slices_names_the_field_and_its_feature_gate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Kueue's webhook (0.17 and 0.19 word it alike), its ElasticJobsViaWorkloadSlices gate off, on a queued RayJob that
-    # runs Ray's autoscaler.
+    # Kueue's webhook (0.17 and 0.19 word it alike), its ElasticJobsViaWorkloadSlices gate off,
+    # on a queued RayJob that runs Ray's autoscaler.
     words = (
         'admission webhook "vrayjob.kb.io" denied the request: '
         "spec.rayClusterSpec.enableInTreeAutoscaling: Invalid value: true: a kueue managed "
