@@ -142,7 +142,12 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
     (
         "unknown-placement",
         [_set("spec.scaling.placementStrategy", "RANDOM")],
-        ["spec.scaling.placementStrategy", "Unsupported value", "STRICT_SPREAD"],
+        [
+            "spec.scaling.placementStrategy",
+            "Unsupported value",
+            # The whole list, to the line's end: no other value is accepted.
+            'supported values: "PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"\n',
+        ],
     ),
     (
         "negative-gpu",
@@ -152,7 +157,7 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
     (
         "unknown-backend",
         [_set("spec.torch", {"backend": "mpi"})],
-        ["spec.torch.backend", "Unsupported value", "gloo"],
+        ["spec.torch.backend", "Unsupported value", 'supported values: "nccl", "gloo"\n'],
     ),
     (
         "zero-torch-timeout",
@@ -162,7 +167,7 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
     (
         "unknown-score-order",
         [_set("spec.checkpoint", {"scoreAttribute": "accuracy", "scoreOrder": "up"})],
-        ["spec.checkpoint.scoreOrder", "Unsupported value"],
+        ["spec.checkpoint.scoreOrder", "Unsupported value", 'supported values: "max", "min"\n'],
     ),
     (
         "score-order-without-attribute",
@@ -513,6 +518,112 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
         [_set("spec.resumeFrom", {"trainJob": "Digits_1"})],
         ["spec.resumeFrom.trainJob"],
     ),
+    (
+        "scaling-without-a-worker-count",
+        [_set("spec.scaling", {"resourcesPerWorker": {"cpu": "1"}})],
+        ["spec.scaling: set numWorkers for a fixed-size job, or both minWorkers and maxWorkers"],
+    ),
+    (
+        "max-workers-zero",
+        [_set("spec.scaling", {"minWorkers": 1, "maxWorkers": 0})],
+        ["spec.scaling.maxWorkers", "greater than or equal to 1"],
+    ),
+    (
+        "zero-workers-per-pod",
+        [_set("spec.scaling.workersPerPod", 0)],
+        ["spec.scaling.workersPerPod", "greater than or equal to 1"],
+    ),
+    (
+        "accelerator-with-zero-gpus",
+        [
+            _set("spec.scaling.useGpu", True),
+            _set("spec.scaling.acceleratorType", "NVIDIA-L4"),
+            _set("spec.scaling.resourcesPerWorker", {"gpu": 0}),
+        ],
+        ["spec.scaling.acceleratorType needs GPUs", "resourcesPerWorker.gpu to 1 or more"],
+    ),
+    (
+        "accelerator-named-gpu",
+        [_set("spec.scaling.useGpu", True), _set("spec.scaling.acceleratorType", "Tesla-GPU")],
+        ["spec.scaling.acceleratorType must not end in 'gpu'"],
+    ),
+    (
+        "memory-beyond-64ti",
+        [_set("spec.scaling.resourcesPerWorker", {"memory": "65Ti"})],
+        [
+            "spec.scaling.resourcesPerWorker.memory must be a Kubernetes quantity",
+            "between 1Mi and 64Ti",
+        ],
+    ),
+    (
+        "custom-too-precise",
+        [_set("spec.scaling.resourcesPerWorker", {"custom": {"fast_disk": 0.00001}})],
+        ["spec.scaling.resourcesPerWorker.custom", "at most 4 decimal places"],
+    ),
+    (
+        "pvc-mount-with-dot-dot",
+        [_set("spec.storage", {"pvc": {"claimName": "ckpt", "mountPath": "/mnt/../etc"}})],
+        ["spec.storage.pvc.mountPath must be a plain absolute path without '.' or '..'"],
+    ),
+    (
+        "node-selector-bad-key",
+        [_set("spec.head", {"nodeSelector": {"bad key!": "x"}})],
+        ["spec.*.nodeSelector: every key must be a node label key"],
+    ),
+    (
+        "env-value-and-value-from",
+        [
+            _set(
+                "spec.workerTemplate",
+                {
+                    "env": [
+                        {
+                            "name": "POD",
+                            "value": "x",
+                            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                        }
+                    ]
+                },
+            )
+        ],
+        ["spec.*.env: set value or valueFrom of an environment variable, not both"],
+    ),
+    (
+        "limit-beyond-1ei",
+        [_set("spec.head", {"resources": {"limits": {"memory": "2Ei"}}})],
+        ["spec.*.resources.limits: every amount must be a Kubernetes quantity between 0 and 1Ei"],
+    ),
+    (
+        "dataset-name-starts-with-digit",
+        [_set("spec.datasets", {"1train": {"uri": "s3://raytrain/data"}})],
+        ["spec.datasets: a dataset name has at most 63 letters"],
+    ),
+    # Names of objects the pods refer to must be names the API server would give an object.
+    (
+        "claim-name-not-a-dns-subdomain",
+        [_set("spec.storage", {"pvc": {"claimName": "Ckpt_1"}})],
+        ["spec.storage.pvc.claimName", "should match"],
+    ),
+    (
+        "secret-name-not-a-dns-subdomain",
+        [_set("spec.storage.s3", {**S3, "credentialsSecret": {"name": "S3_Creds"}})],
+        ["spec.storage.s3.credentialsSecret.name", "should match"],
+    ),
+    (
+        "irsa-account-not-a-dns-subdomain",
+        [_set("spec.storage.s3", {**S3, "serviceAccountName": "IRSA_Account"})],
+        ["spec.storage.s3.serviceAccountName", "should match"],
+    ),
+    (
+        "head-account-not-a-dns-subdomain",
+        [_set("spec.head", {"serviceAccountName": "Head_Account"})],
+        ["spec.head.serviceAccountName", "should match"],
+    ),
+    (
+        "priority-class-not-a-dns-subdomain",
+        [_set("spec.workerTemplate", {"priorityClassName": "High_Priority"})],
+        ["spec.workerTemplate.priorityClassName", "should match"],
+    ),
 ]
 
 
@@ -603,6 +714,112 @@ def test_short_name_and_category(kube_cluster: Any, namespace: str) -> None:
 def test_explain_shows_descriptions(kube_cluster: Any) -> None:
     out = kube_cluster.kubectl("explain", "trainjobs.raytrain.dev.spec.storage").stdout
     assert "exactly one of pvc or s3" in out
+
+
+def test_discovery_names_the_kind_its_short_name_and_the_status_subresource(
+    kube_cluster: Any,
+) -> None:
+    listing = json.loads(kube_cluster.kubectl("get", "--raw", "/apis/raytrain.dev/v1alpha1").stdout)
+    resources = {r["name"]: r for r in listing["resources"]}
+    trainjobs = resources["trainjobs"]
+    assert (trainjobs["kind"], trainjobs["namespaced"]) == ("TrainJob", True)
+    # Kubeflow Trainer's TrainJob has no short name; ours must not be a generic one either.
+    assert trainjobs["shortNames"] == ["rtj"]
+    assert "raytrain" in trainjobs["categories"]
+    assert "trainjobs/status" in resources
+
+
+def _status_patch(kube_cluster: Any, namespace: str, status: Doc, *, check: bool = True) -> Any:
+    return kube_cluster.kubectl(
+        "patch", "rtj", "bad-input", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": status}), check=check,
+    )  # fmt: skip
+
+
+def test_kubectl_get_shows_the_status_in_its_columns(kube_cluster: Any, namespace: str) -> None:
+    kube_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(_valid()))
+    status = {
+        "phase": "Running",
+        "trainerStatus": {"progressPercentage": 42, "epoch": 3, "estimatedRemainingSeconds": 120},
+        "workers": {"ready": 2, "desired": 4},
+        "rayJobName": "bad-input-0",
+    }
+    _status_patch(kube_cluster, namespace, status)
+
+    def table(*wide: str) -> dict[str, str]:
+        out = kube_cluster.kubectl("get", "rtj", "bad-input", "-n", namespace, *wide).stdout
+        header, row = out.strip().splitlines()
+        return dict(zip(header.split(), row.split(), strict=True))
+
+    columns = table()
+    assert columns.pop("AGE")
+    assert columns == {
+        "NAME": "bad-input",
+        "STATUS": "Running",
+        "PROGRESS": "42",
+        "EPOCH": "3",
+        "WORKERS": "2",
+    }
+    wide = table("-o", "wide")
+    assert (wide["DESIRED"], wide["ETA"], wide["RAYJOB"]) == ("4", "120", "bad-input-0")
+
+
+def test_status_and_spec_are_written_apart(kube_cluster: Any, namespace: str) -> None:
+    """The status subresource: a write to the object leaves its status, and a write to the
+    status leaves its spec (so a user's apply never clobbers what the operator reported)."""
+    kube_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(_valid()))
+    _status_patch(kube_cluster, namespace, {"phase": "Running"})
+    kube_cluster.kubectl(
+        "patch", "rtj", "bad-input", "-n", namespace, "--type=merge",
+        "-p", json.dumps({"spec": {"suspend": True}, "status": {"phase": "Failed"}}),
+    )  # fmt: skip
+    _status_patch(kube_cluster, namespace, {"phase": "Suspended"})
+    kube_cluster.kubectl(
+        "patch", "rtj", "bad-input", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"spec": {"suspend": False}}),
+    )  # fmt: skip
+    got = json.loads(
+        kube_cluster.kubectl("get", "rtj", "bad-input", "-n", namespace, "-o", "json").stdout
+    )
+    assert (got["spec"]["suspend"], got["status"]["phase"]) == (True, "Suspended")
+
+
+CONDITION = {
+    "type": "Ready",
+    "status": "True",
+    "lastTransitionTime": "2026-01-01T00:00:00Z",
+    "reason": "Running",
+}
+
+
+def test_conditions_are_a_map_keyed_by_type(kube_cluster: Any, namespace: str) -> None:
+    kube_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(_valid()))
+    twice = [CONDITION, {**CONDITION, "status": "False"}]
+    refused = _status_patch(kube_cluster, namespace, {"conditions": twice}, check=False)
+    assert refused.returncode != 0
+    assert "status.conditions[1]" in refused.stderr and "Duplicate value" in refused.stderr
+    for field in ("type", "status", "lastTransitionTime", "reason"):
+        partial = {k: v for k, v in CONDITION.items() if k != field}
+        refused = _status_patch(kube_cluster, namespace, {"conditions": [partial]}, check=False)
+        assert refused.returncode != 0, field
+        assert f"status.conditions[0].{field}" in refused.stderr, refused.stderr
+        assert "Required value" in refused.stderr, refused.stderr
+    # Server-side apply merges the list by type: two writers' conditions stand side by side.
+    for manager, kind in (("one", "Ready"), ("two", "Progressing")):
+        applied = {
+            "apiVersion": "raytrain.dev/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "bad-input"},
+            "status": {"conditions": [{**CONDITION, "type": kind}]},
+        }
+        kube_cluster.kubectl(
+            "apply", "--server-side", f"--field-manager={manager}", "--subresource=status",
+            "-n", namespace, "-f", "-", input=json.dumps(applied),
+        )  # fmt: skip
+    got = json.loads(
+        kube_cluster.kubectl("get", "rtj", "bad-input", "-n", namespace, "-o", "json").stdout
+    )
+    assert sorted(c["type"] for c in got["status"]["conditions"]) == ["Progressing", "Ready"]
 
 
 def _start(kube_cluster: Any, namespace: str, doc: Doc) -> None:

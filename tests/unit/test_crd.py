@@ -1,4 +1,8 @@
-"""The committed CRD is what the API models generate, and it carries every rule users rely on."""
+"""The committed CRD is what the API models generate, and its schema is written as we mean to.
+
+What the API server does with it (each rule's refusal, the columns, the status subresource) is
+tests/integration/test_crd_validation.py's.
+"""
 
 from __future__ import annotations
 
@@ -84,88 +88,9 @@ def test_every_field_is_described(schema: dict[str, Any]) -> None:
     assert missing == [], f"fields without a description (kubectl explain shows it): {missing}"
 
 
-def test_names_kind_and_subresources() -> None:
-    doc = crdgen.crd()
-    names = doc["spec"]["names"]
-    assert doc["metadata"]["name"] == "trainjobs.raytrain.dev"
-    assert names["kind"] == "TrainJob"
-    # Kubeflow Trainer's TrainJob has no short name; ours must not be a generic one either.
-    assert names["shortNames"] == ["rtj"]
-    assert "raytrain" in names["categories"]
-    version = doc["spec"]["versions"][0]
-    assert version["subresources"] == {"status": {}}
-    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
-    assert columns["Status"] == ".status.phase"
-    assert columns["Progress"] == ".status.trainerStatus.progressPercentage"
-    assert columns["Workers"] == ".status.workers.ready"
-    assert columns["Age"] == ".metadata.creationTimestamp"
-
-
-def test_conditions_are_a_map_keyed_by_type(schema: dict[str, Any]) -> None:
-    conditions = schema["properties"]["status"]["properties"]["conditions"]
-    assert conditions["x-kubernetes-list-type"] == "map"
-    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
-    item = conditions["items"]
-    assert set(item["required"]) == {"type", "status", "lastTransitionTime", "reason"}
-
-
-@pytest.mark.parametrize(
-    ("where", "needle"),
-    [
-        (".spec.storage", "exactly one of storage.pvc"),
-        (".spec", "set numWorkers for a fixed-size job"),
-        (".spec.scaling", "numWorkers cannot be combined"),
-        (".spec.scaling", "minWorkers must be less than or equal"),
-        (".spec.scaling", "multiple of spec.scaling.workersPerPod"),
-        (".spec.scaling", "acceleratorType needs"),
-        (".spec.entrypoint", "spec.entrypoint must be module:function"),
-        (".spec.storage.s3.uri", "s3://bucket/prefix"),
-        (".spec.storage.s3.endpoint", "spec.storage.s3.endpoint must be a URL"),
-        (".spec.storage.s3", "credentialsSecret or serviceAccountName"),
-        (".spec.checkpoint", "scoreOrder needs"),
-        ("", f"at most {api.MAX_NAME_LENGTH} characters"),
-        ("", "must start with a lower-case letter"),
-        (".spec", "spec.workerTemplate.resources sets cpu"),
-        (".spec.scaling", "acceleratorType needs GPUs"),
-        (".spec.scaling.acceleratorType", "must not end in 'gpu'"),
-        (".spec.scaling.resourcesPerWorker.cpu", "Kubernetes quantity between 1m and 1024"),
-        (".spec.scaling.resourcesPerWorker.memory", "between 1Mi and 64Ti"),
-        (".spec.scaling.resourcesPerWorker.custom", "are not custom resources"),
-        (".spec.scaling.resourcesPerWorker.custom", "at most 4 decimal places"),
-        (".spec.storage.pvc.subPath", "must stay inside the claim"),
-        (".spec.storage.pvc.mountPath", "without '.' or '..' segments"),
-        (".spec.storage.pvc.mountPath", "must not hide or nest"),
-        (".spec.storage.s3.uri", "must not contain '.' or '..' segments"),
-        (".spec.head.nodeSelector", "every key must be a node label key"),
-        (".spec.head.tolerations[]", "without a key must have operator Exists"),
-        (".spec.head.env[]", "value or valueFrom"),
-        (".spec.head.resources.limits{}", "Kubernetes quantity between 0 and 1Ei"),
-        (".spec.datasets", "a dataset name"),
-        ("", "immutable once the job has started"),
-    ],
-)
-def test_cel_rule_present(schema: dict[str, Any], where: str, needle: str) -> None:
-    messages = [message for path, _, message in _rules(schema) if path == where]
-    assert any(needle in m for m in messages), f"no rule at {where or '<root>'} saying {needle!r}"
-
-
 def test_every_rule_message_names_a_field(schema: dict[str, Any]) -> None:
     for path, rule, message in _rules(schema):
         assert "spec." in message or "metadata." in message, (path, rule, message)
-
-
-def test_enums(schema: dict[str, Any]) -> None:
-    spec = schema["properties"]["spec"]["properties"]
-    placement = spec["scaling"]["properties"]["placementStrategy"]
-    assert placement["enum"] == ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
-    assert spec["torch"]["properties"]["backend"]["enum"] == ["nccl", "gloo"]
-    assert spec["checkpoint"]["properties"]["scoreOrder"]["enum"] == ["max", "min"]
-
-
-def test_minimums(schema: dict[str, Any]) -> None:
-    scaling = schema["properties"]["spec"]["properties"]["scaling"]["properties"]
-    for field in ("numWorkers", "minWorkers", "maxWorkers", "workersPerPod"):
-        assert scaling[field]["minimum"] == 1, field
 
 
 def test_examples_parse_with_the_models() -> None:
@@ -189,16 +114,3 @@ def test_quantity_fields_are_checked_with_the_servers_parser(schema: dict[str, A
     assert len(rules) >= 4
     for rule in rules:
         assert "compareTo(quantity(" in rule, rule
-
-
-def test_names_of_referenced_objects_are_dns_subdomains(schema: dict[str, Any]) -> None:
-    spec = schema["properties"]["spec"]["properties"]
-    storage = spec["storage"]["properties"]
-    for node in (
-        storage["pvc"]["properties"]["claimName"],
-        storage["s3"]["properties"]["credentialsSecret"]["properties"]["name"],
-        storage["s3"]["properties"]["serviceAccountName"],
-        spec["head"]["properties"]["serviceAccountName"],
-        spec["workerTemplate"]["properties"]["priorityClassName"],
-    ):
-        assert node["pattern"] == api.DNS_SUBDOMAIN

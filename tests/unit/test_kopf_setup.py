@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any, cast
 
 import kopf
 import pytest
-from _fake_api import recorder
 
-from raytrain_operator import handlers, k8s, settings
+from raytrain_operator import handlers, settings
 from raytrain_operator.handlers import legacy, trainjobs
 from raytrain_operator.handlers.engine import Engine
 from raytrain_operator.status import machine
-
-__all__ = ["recorder"]  # the fixture
 
 LOG = logging.getLogger("test")
 
@@ -58,23 +56,16 @@ def body(annotations: dict[str, str] | None = None, **metadata: Any) -> kopf.Bod
     )
 
 
-def test_finalizer_is_under_kopfs_own_prefix(configured: kopf.OperatorSettings) -> None:
-    assert configured.persistence.finalizer == "kopf.raytrain.dev/finalizer"
-    assert settings.FINALIZER == "kopf.raytrain.dev/finalizer"
-    assert settings.LEGACY_FINALIZER == "raytrain.dev/finalizer"
-
-
 def test_watch_timeouts(configured: kopf.OperatorSettings) -> None:
     watching = configured.watching
-    assert (watching.server_timeout, watching.client_timeout, watching.connect_timeout) == (
-        300,
-        330,
-        10,
-    )
+    # The server ends each watch request (a stuck stream lives at most that long); the client's
+    # own limit fires only when that end never arrives, so it must come later.
+    assert watching.server_timeout is not None and watching.client_timeout is not None
+    assert watching.server_timeout < watching.client_timeout
+    assert watching.connect_timeout is not None
     # Not overridden: kopf's default fits the API server's 60 s bookmarks and 75 s event cache,
     # and it must fire before the server ends a quiet request, or it never fires at all.
     assert watching.inactivity_timeout == kopf.OperatorSettings().watching.inactivity_timeout
-    assert watching.server_timeout is not None
     assert watching.inactivity_timeout < 75 < watching.server_timeout
 
 
@@ -153,89 +144,169 @@ def test_the_new_key_wins_over_the_old(configured: kopf.OperatorSettings) -> Non
 # -------------------------------------------------------------------------- registrations
 
 
-def _changing(registry: Any) -> dict[str, Any]:
-    return {h.id: h for h in registry._changing.get_all_handlers()}
+def _handlers_called(
+    configured: kopf.OperatorSettings, obj: kopf.Body, *, initial: bool = False
+) -> dict[str, Any]:
+    """What kopf calls for an event that brings `obj`: its own cause detection, on the diff
+    between our diff base stored in `obj` and `obj` itself, then its own handler matching."""
+    from kopf._cogs.structs import diffs, references
+    from kopf._core.intents import causes
+
+    storage = configured.persistence.diffbase_storage
+    old, new = storage.fetch(body=obj), storage.build(body=obj)
+    cause = causes.detect_changing_cause(
+        finalizer=configured.persistence.finalizer,
+        raw_event={"type": "MODIFIED", "object": dict(obj)},
+        body=obj,
+        old=old,
+        new=new,
+        diff=diffs.diff(old, new) if old is not None else None,
+        initial=initial,
+        resource=references.Resource(
+            group="raytrain.dev", version="v1alpha1", plural="trainjobs", namespaced=True
+        ),
+        indices=cast(Any, {}),
+        logger=LOG,
+        patch=kopf.Patch(),
+        memo=kopf.Memo(),
+    )
+    return {h.id: h.fn for h in registered()._changing.iter_handlers(cause)}
 
 
-def test_one_function_handles_create_resume_and_spec_updates() -> None:
-    handlers = _changing(registered())
-    mine = {hid: h for hid, h in handlers.items() if h.fn is trainjobs.on_change}
-    assert sorted(mine) == ["create", "resume", "update/spec"]
-    assert mine["update/spec"].field == ("spec",)
-    assert [h.reason for h in mine.values()].count(None) == 1  # resume: any initial cause
+def _handled_before(
+    obj: kopf.Body,
+    configured: kopf.OperatorSettings,
+    *,
+    spec: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    status: dict[str, Any] | None = None,
+) -> kopf.Body:
+    """`obj` with our diff base of it stored, then changed as given."""
+    essence = configured.persistence.diffbase_storage.build(body=obj)
+    stored = {f"{settings.KOPF_PREFIX}/{settings.DIFFBASE_KEY}": json.dumps(essence)}
+    metadata = {**dict(obj["metadata"]), "annotations": {**stored, **(annotations or {})}}
+    if labels is not None:
+        metadata["labels"] = labels
+    changed = {**dict(obj), "metadata": metadata, "spec": spec or dict(obj["spec"])}
+    if status is not None:
+        changed["status"] = status
+    return kopf.Body(changed)
 
 
-def test_the_handler_only_queues_labelled_with_what_woke_it(
+def test_one_function_handles_creation_the_operators_start_and_spec_changes(
+    configured: kopf.OperatorSettings,
+) -> None:
+    new = body()
+    assert _handlers_called(configured, new) == {"create": trainjobs.on_change}
+    # A TrainJob created while no operator ran is created at its start, not resumed.
+    assert _handlers_called(configured, new, initial=True) == {"create": trainjobs.on_change}
+    # A TrainJob handled before, seen again at the operator's start.
+    known = _handled_before(new, configured)
+    assert _handlers_called(configured, known, initial=True) == {"resume": trainjobs.on_change}
+    spec = {**dict(new["spec"]), "image": "img:2"}
+    changed = _handled_before(new, configured, spec=spec)
+    assert _handlers_called(configured, changed) == {"update/spec": trainjobs.on_change}
+    # Changed while no operator ran: at its start kopf resumes it as well as updating it.
+    assert _handlers_called(configured, changed, initial=True) == {
+        "resume": trainjobs.on_change,
+        "update/spec": trainjobs.on_change,
+    }
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"labels": {"team": "vision"}},
+        {"annotations": {"raytrain.dev/checkpoint-requested": "2026-11-23T10:00:00Z"}},
+        {"status": {"phase": "Running"}},
+    ],
+    ids=["labels", "annotation", "status"],
+)
+def test_a_change_outside_the_spec_calls_no_handler(
+    configured: kopf.OperatorSettings, changes: dict[str, Any]
+) -> None:
+    """Labels, our annotations and the status (which each pass writes) wake nothing through
+    kopf's handlers: a pass would otherwise follow every status write of the pass before."""
+    obj = _handled_before(body(), configured, **changes)
+    assert _handlers_called(configured, obj) == {}
+
+
+def test_the_handler_queues_a_pass_labelled_with_what_woke_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Through the engine's real queue to the pass, which records what it was given instead of
+    reading and writing the TrainJob: its cause, and the body it would start from."""
+    passes: list[tuple[Any, str, Any]] = []
+    ran = threading.Semaphore(0)
+
+    def run_pass(self: Engine, key: Any, cause: str) -> None:
+        with self._guard:
+            passes.append((key, cause, self._created.pop(key, None)))
+        ran.release()
+
+    monkeypatch.setattr(Engine, "run_pass", run_pass)
     engine = Engine(settings.OperatorConfig())
-    queued: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(
-        engine.queue, "schedule", lambda key, delay=0.0, cause="wake": queued.append((key, cause))
-    )
     memo = kopf.Memo(engine=engine)
-    for reason in (kopf.Reason.CREATE, kopf.Reason.RESUME, kopf.Reason.UPDATE):
-        trainjobs.on_change(
-            reason=reason, namespace="team-a", name="digits", body=body(), memo=memo
-        )
-    assert queued == [(("team-a", "digits"), c) for c in ("create", "resume", "update")]
-    # Only the creation hands its body over (the pass needs no read); the update after it
-    # drops it, so that the pass reads the TrainJob as it is then.
-    assert engine._created == {}
+    key = ("team-a", "digits")
+
+    def woken(*reasons: kopf.Reason) -> tuple[Any, str, Any]:
+        engine.queue.pause()
+        for reason in reasons:
+            trainjobs.on_change(
+                reason=reason, namespace="team-a", name="digits", body=body(), memo=memo
+            )
+        engine.queue.resume()
+        assert ran.acquire(timeout=10), "no pass ran"
+        assert engine.queue.wait_idle(10)
+        return passes[-1]
+
+    try:
+        # Only the creation hands its body over: its pass needs no read.
+        assert woken(kopf.Reason.CREATE) == (key, "create", dict(body()))
+        assert woken(kopf.Reason.RESUME) == (key, "resume", None)
+        assert woken(kopf.Reason.UPDATE) == (key, "update", None)
+        # An update queued before the creation's pass ran: one pass, which reads the TrainJob
+        # as it is then instead of starting from the older body.
+        assert woken(kopf.Reason.CREATE, kopf.Reason.UPDATE) == (key, "create", None)
+        assert not ran.acquire(timeout=0.5), "a second pass ran"
+    finally:
+        engine.queue.stop()
+    assert len(passes) == 4
 
 
 # ------------------------------------------------------------------- the old finalizer
 
 
-def test_the_old_finalizer_is_removed_with_a_guarded_json_patch(
-    recorder: list[dict[str, Any]],
-) -> None:
-    finalizers = ["example.com/other", "raytrain.dev/finalizer", "kopf.raytrain.dev/finalizer"]
-    assert k8s.remove_trainjob_finalizer("team-a", "digits", finalizers, "raytrain.dev/finalizer")
-    (request,) = recorder
-    assert request["method"] == "PATCH"
-    assert request["path"] == "/apis/raytrain.dev/v1alpha1/namespaces/team-a/trainjobs/digits"
-    assert request["content_type"] == "application/json-patch+json"
-    assert request["body"] == [
-        {"op": "test", "path": "/metadata/finalizers/1", "value": "raytrain.dev/finalizer"},
-        {"op": "remove", "path": "/metadata/finalizers/1"},
-    ]
+def _event_handlers(finalizers: list[str], deleting: bool = False) -> list[Any]:
+    """What kopf calls, of our event handlers, for an event of a TrainJob with `finalizers`."""
+    from kopf._cogs.structs import references
+    from kopf._core.intents import causes
 
-
-def test_a_changed_object_is_left_for_its_next_event(recorder: list[dict[str, Any]]) -> None:
-    import _fake_api
-
-    _fake_api.Recorder.patch_status = 422  # the test op failed: the list moved meanwhile
-    assert not k8s.remove_trainjob_finalizer(
-        "team-a", "digits", ["raytrain.dev/finalizer"], "raytrain.dev/finalizer"
+    extra = {"deletionTimestamp": "2026-11-23T10:00:00Z"} if deleting else {}
+    obj = body(finalizers=finalizers, **extra)
+    cause = causes.WatchingCause(
+        resource=references.Resource(
+            group="raytrain.dev", version="v1alpha1", plural="trainjobs", namespaced=True
+        ),
+        indices=cast(Any, {}),
+        logger=LOG,
+        patch=kopf.Patch(),
+        memo=kopf.Memo(),
+        body=obj,
+        type="MODIFIED",
+        event={"type": "MODIFIED", "object": dict(obj)},
     )
+    return [h.fn for h in registered()._watching.iter_handlers(cause)]
 
 
-def test_the_event_handler_drops_only_the_old_finalizer(monkeypatch: pytest.MonkeyPatch) -> None:
-    removed: list[tuple[str, str, list[str], str]] = []
-    monkeypatch.setattr(
-        k8s,
-        "remove_trainjob_finalizer",
-        lambda *args: removed.append(args) or True,
-    )
-    finalizers = ["raytrain.dev/finalizer", "kopf.raytrain.dev/finalizer"]
-    meta = body(finalizers=finalizers, deletionTimestamp="2026-11-23T10:00:00Z").meta
-    assert legacy._carries_legacy_finalizer(meta=meta)
-    legacy.drop_legacy_finalizer(
-        type="MODIFIED", namespace="team-a", name="digits", meta=meta, logger=LOG
-    )
-    assert removed == [("team-a", "digits", finalizers, "raytrain.dev/finalizer")]
-    current = body(finalizers=["kopf.raytrain.dev/finalizer"]).meta
-    assert not legacy._carries_legacy_finalizer(meta=current)
-
-
-def test_the_event_handler_is_registered_for_trainjobs() -> None:
-    registry = registered()
-    (handler,) = [
-        h for h in registry._watching.get_all_handlers() if h.fn is legacy.drop_legacy_finalizer
-    ]
-    assert handler.id == "legacy-finalizer"
-    assert handler.when is legacy._carries_legacy_finalizer
+def test_kopf_calls_the_old_finalizers_handler_only_where_the_old_finalizer_is() -> None:
+    """What the handler does on the API server is test_legacy_finalizer_server.py's."""
+    old = settings.LEGACY_FINALIZER
+    assert legacy.drop_legacy_finalizer in _event_handlers([old, settings.FINALIZER])
+    assert legacy.drop_legacy_finalizer in _event_handlers([old], deleting=True)
+    assert legacy.drop_legacy_finalizer not in _event_handlers([settings.FINALIZER])
+    assert legacy.drop_legacy_finalizer not in _event_handlers([])
 
 
 # ------------------------------------------------------------- the finalizer and the timer

@@ -162,16 +162,16 @@ def test_prereqs_build_two_at_a_time_the_images_beside_the_go_compiles(clone: Pa
         assert running <= 2, events
 
 
-def test_demo_and_up_build_only_what_they_use(clone: Path) -> None:
-    """`make demo` and `make up` build the control plane, the real node, MinIO and the operator
-    and trainer-runtime images; not Kueue, nor the frameworks image (build.sh --only)."""
-    for script in [*BUILD_SCRIPTS, "scripts/demo.sh"]:
+def _run_with_fake_builds(clone: Path, target: str) -> list[str]:
+    """`make TARGET` in the copy, every build script and the network namespace's runner
+    replaced by a stand-in that logs; the log of starts and ends."""
+    for script in [*BUILD_SCRIPTS, "scripts/demo.sh", "e2e/netns/run.sh"]:
         (clone / script).parent.mkdir(parents=True, exist_ok=True)
         (clone / script).write_text(FAKE_BUILD)
     (clone / "scripts" / "demo_realnode.py").write_text("")
     log = clone / "build-log"
     proc = subprocess.run(
-        ["make", "-s", "demo", f"PYTHON={clone / 'python'}"],
+        ["make", "-s", target, f"PYTHON={clone / 'python'}"],
         cwd=clone,
         capture_output=True,
         text=True,
@@ -180,26 +180,35 @@ def test_demo_and_up_build_only_what_they_use(clone: Path) -> None:
         env={"PATH": "/usr/bin:/bin", "BUILD_LOG": str(log)},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    started = [
-        e.removeprefix("start ") for e in log.read_text().splitlines() if e.startswith("start")
-    ]
-    assert sorted(started) == sorted(
-        [
-            "realnode/build.sh debs",
-            "controlplane/build.sh",
-            "realnode/build.sh",
-            "images/build.sh --only operator,trainer-runtime",
-            "minio/build.sh",
-            "scripts/demo.sh",
-        ]
-    ), started
-    assert started[-1] == "scripts/demo.sh", started
-    # make up has the same builds before it, then the demo's world, left running.
-    dry = subprocess.run(
-        ["make", "-n", "--no-print-directory", "up", f"PYTHON={clone / 'python'}"],
-        cwd=clone, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert dry.returncode == 0, dry.stderr
-    assert "e2e/kueue/build.sh" not in dry.stdout, dry.stdout
-    assert "bash e2e/images/build.sh --only operator,trainer-runtime" in dry.stdout, dry.stdout
-    assert dry.stdout.strip().splitlines()[-1].endswith("scripts/demo_realnode.py up"), dry.stdout
+    return log.read_text().replace(str(clone / "python"), "python").splitlines()
+
+
+#: What `make demo` and `make up` build: the control plane, the real node, MinIO and the
+#: operator and trainer-runtime images; not Kueue, nor the frameworks image (build.sh --only).
+DEMO_BUILDS = [
+    "realnode/build.sh debs",
+    "controlplane/build.sh",
+    "realnode/build.sh",
+    "images/build.sh --only operator,trainer-runtime",
+    "minio/build.sh",
+]
+
+
+@pytest.mark.parametrize(
+    ("target", "last"),
+    [
+        ("demo", "scripts/demo.sh"),
+        # The demo's world, left running, inside a network namespace of its own.
+        ("up", "netns/run.sh python scripts/demo_realnode.py up"),
+    ],
+)
+def test_demo_and_up_build_only_what_they_use_then_start(
+    clone: Path, target: str, last: str
+) -> None:
+    events = _run_with_fake_builds(clone, target)
+    started = [e.removeprefix("start ") for e in events if e.startswith("start ")]
+    assert sorted(started) == sorted([*DEMO_BUILDS, last]), events
+    # It starts once every build is over.
+    assert events[-2:] == [f"start {last}", f"end {last}"], events
+    # The project is installed too: the demo and make up run its own code.
+    assert (clone / "pip-calls").read_text().splitlines() == [PROJECT, EXAMPLES]

@@ -1,4 +1,7 @@
-"""Child names are deterministic and every one, KubeRay's included, fits in 63 characters."""
+"""Child names are deterministic, and a TrainJob's name is checked where the CRD checks it.
+
+What KubeRay makes of the longest name is tests/integration/test_names_server.py's.
+"""
 
 from __future__ import annotations
 
@@ -27,15 +30,10 @@ def test_run_name_differs_for_a_recreated_trainjob_of_the_same_name() -> None:
     assert first != second
 
 
-def test_longest_allowed_name_fits_with_every_kuberay_suffix() -> None:
-    name = "a" * MAX_NAME_LENGTH
-    assert names.name_problems(name) == []
-    derived = names.all_names(name, names.MAX_ATTEMPT)
-    assert derived["head-service"] == f"{name}-100-xxxxx-head-svc"
-    assert max(len(v) for v in derived.values()) <= names.DNS_LABEL_MAX
-
-
-def test_a_name_one_character_too_long_is_refused_with_the_fix() -> None:
+def test_the_longest_name_is_taken_and_one_more_is_refused_with_the_fix() -> None:
+    """The operator's check draws the line where the CRD does (MAX_NAME_LENGTH). That KubeRay
+    runs the longest name at the last attempt is tests/integration/test_names_server.py's."""
+    assert names.name_problems("a" * MAX_NAME_LENGTH) == []
     problems = names.name_problems("a" * (MAX_NAME_LENGTH + 1))
     assert problems
     assert "metadata.name" in problems[0] and "shorter" in problems[0]

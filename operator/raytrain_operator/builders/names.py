@@ -3,7 +3,9 @@
 A child's name is a pure function of the TrainJob's name (and attempt), so creating a child twice
 finds the first one instead of making a duplicate. KubeRay adds its own suffixes to the RayJob's
 name (the RayCluster `<rayjob>-<5 random>`, its `<raycluster>-head-svc`, worker pods
-`<raycluster>-<group>-worker-<5 random>`), so the check covers those too.
+`<raycluster>-<group>-worker-<5 random>`, the group left out of long ones), so the check covers
+those too. tests/integration/test_names_server.py shows on KubeRay itself that the longest name
+allowed is exact: one character more and KubeRay starts to cut the names it derives.
 """
 
 from __future__ import annotations
