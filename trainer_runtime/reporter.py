@@ -208,7 +208,9 @@ def build_status_patch(state: ReportState, now: float) -> dict[str, Any]:
         if state.best_uri is not None:
             checkpoint["bestURI"] = state.best_uri
         if state.best_metric is not None:
-            checkpoint["bestMetric"] = format_value(state.best_metric)
+            # The score to beat after a retry is read back from here: the shortest text that
+            # reads back as the same float (repr), not the 6 digits the other metrics show.
+            checkpoint["bestMetric"] = repr(state.best_metric)
         if state.checkpoint_time is not None:
             checkpoint["lastTime"] = rfc3339(state.checkpoint_time)
         elif state.checkpoint_time_text is not None:

@@ -223,6 +223,25 @@ def test_a_resumed_attempt_continues_the_counts() -> None:
     assert status["checkpoint"]["bestMetric"] == "0.9"  # 0.8 is not better
 
 
+def test_the_best_metric_survives_a_resume_at_full_precision() -> None:
+    # The score to beat is read back from the status after a retry: rounded there, a worse
+    # checkpoint (0.12345681 > 0.123456789 when lower is better) would look better than
+    # "0.123457" and take bestURI from the true best.
+    first = RecordingTransport(trainjob={"status": {}})
+    r = Reporter(first, min_interval=0, score_attribute="loss", score_order="min")
+    r.start()
+    r.on_report({"epoch": 0, "loss": 0.123456789}, "s3://b/r/c1")
+    written = first.patches[-1]["status"]["checkpoint"]
+    assert float(written["bestMetric"]) == 0.123456789
+    resumed = RecordingTransport(trainjob={"status": {"checkpoint": written}})
+    again = Reporter(resumed, min_interval=0, score_attribute="loss", score_order="min")
+    again.start()
+    again.on_report({"epoch": 1, "loss": 0.12345681}, "s3://b/r/c2")
+    status = resumed.patches[-1]["status"]["checkpoint"]
+    assert status["bestURI"] == "s3://b/r/c1" and status["latestURI"] == "s3://b/r/c2"
+    assert float(status["bestMetric"]) == 0.123456789
+
+
 # -- tune param space ------------------------------------------------------------------------------
 
 
