@@ -137,6 +137,11 @@ class ProgressEstimator:
         return percent, max(0, round(seconds_per_epoch * remaining))
 
 
+#: The words of the runtime-status policy's refusal of a report from an attempt the job has left
+#: (charts/raytrain-operator/templates/runtime-status-policy.yaml).
+SUPERSEDED = "only the current attempt may report"
+
+
 def format_value(value: Any) -> str | None:
     """A metric value as the status stores it (a string), or None when it is not a scalar."""
     if isinstance(value, bool):
@@ -268,6 +273,8 @@ class Reporter:
         self.reports = 0
         self.patches_sent = 0
         self.patches_failed = 0
+        #: True once the API server refused a report because the job is at another attempt.
+        self.superseded = False
         #: The status to continue from when the transport has no TrainJob to read (a local run
         #: continuing its stored last attempt: ``runlog.last_attempt``).
         self.previous: Mapping[str, Any] | None = None
@@ -432,6 +439,8 @@ class Reporter:
     def _send(self, body: dict[str, Any], now: float, retries: int | None = None) -> None:
         self._throttle.mark(now)
         self._pending = False
+        if self.superseded:
+            return
         attempts = (self._retries if retries is None else retries) + 1
         delay = self._backoff
         for attempt in range(attempts):
@@ -440,6 +449,17 @@ class Reporter:
                 self.patches_sent += 1
                 return
             except Exception as exc:
+                if SUPERSEDED in str(getattr(exc, "body", None) or exc):
+                    # Final: the job is at a later attempt, which alone may report now.
+                    self.superseded = True
+                    self.patches_failed += 1
+                    log.error(
+                        "the TrainJob has moved on from this attempt (%d), so its reports stop "
+                        "and none of its checkpoints can become the job's: %s",
+                        self.state.attempt,
+                        exc,
+                    )
+                    return
                 if attempt == attempts - 1:
                     self.patches_failed += 1
                     log.warning("status patch failed %d times, dropped: %s", attempts, exc)

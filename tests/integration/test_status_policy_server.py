@@ -334,3 +334,59 @@ def test_runtime_may_not_touch_another_trainjob(
         None,
         False,
     )
+
+
+def test_a_report_of_an_earlier_attempt_changes_nothing(
+    kube_cluster: Any, namespace: str, policy: list[dict[str, Any]]
+) -> None:
+    """Once the operator moved the job to attempt 1, a late report of attempt 0 (its driver
+    still running, or an upload that finished after the retry began) is refused: it can make
+    neither its checkpoint the one the next attempt resumes from, nor its phase the job's. The
+    other writers of the same account (the preStop hook, the out-of-memory watcher) do not
+    touch these fields and are not affected."""
+    job = make_trainjob(kube_cluster, namespace, "job-a")
+    user = make_runtime_account(kube_cluster, job)
+    wait_until_enforced(kube_cluster, user, namespace, "job-a")
+    first = {
+        "trainerStatus": {"phase": "Training", "step": 4, "attempt": 0, "epoch": 3},
+        "checkpoint": {"count": 2, "latestURI": "s3://b/run/checkpoint_2"},
+    }
+    ok = patch_status(kube_cluster, user, namespace, "job-a", first)
+    assert ok.returncode == 0, ok.stderr
+
+    # The operator starts attempt 1 (the admin stands in for it here).
+    kube_cluster.kubectl(
+        "patch", TRAINJOBS, "job-a", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"attempt": 1, "restarts": 1}}),
+    )  # fmt: skip
+    before = kube_cluster.get_json(TRAINJOBS, "job-a", "-n", namespace)["status"]
+
+    late = {
+        "trainerStatus": {"phase": "Succeeded", "step": 9, "attempt": 0, "epoch": 7},
+        "checkpoint": {"count": 3, "latestURI": "s3://b/run/checkpoint_3"},
+    }
+    for body in (
+        late,
+        {"checkpoint": late["checkpoint"]},
+        {"trainerStatus": late["trainerStatus"]},
+    ):
+        proc = patch_status(kube_cluster, user, namespace, "job-a", body)
+        assert proc.returncode != 0, f"{body} was accepted"
+        assert (
+            "sent a report of attempt 0 to TrainJob job-a, which is at attempt 1: only the "
+            "current attempt may report" in proc.stderr
+        ), proc.stderr
+    assert kube_cluster.get_json(TRAINJOBS, "job-a", "-n", namespace)["status"] == before
+
+    # The current attempt reports as usual, and the disruption notice of any attempt passes.
+    now = {
+        "trainerStatus": {"phase": "Training", "step": 5, "attempt": 1, "epoch": 3},
+        "checkpoint": {"count": 3, "latestURI": "s3://b/run/checkpoint_3"},
+    }
+    ok = patch_status(kube_cluster, user, namespace, "job-a", now)
+    assert ok.returncode == 0, ok.stderr
+    disrupted = {"disrupted": {"attempt": 0, "pod": "job-a-0-head-x", "reason": "Evicted"}}
+    assert patch_status(kube_cluster, user, namespace, "job-a", disrupted).returncode == 0
+    status = kube_cluster.get_json(TRAINJOBS, "job-a", "-n", namespace)["status"]
+    assert status["checkpoint"]["latestURI"] == "s3://b/run/checkpoint_3"
+    assert status["trainerStatus"]["attempt"] == 1

@@ -242,6 +242,47 @@ def test_the_best_metric_survives_a_resume_at_full_precision() -> None:
     assert float(status["bestMetric"]) == 0.123456789
 
 
+class _Refused(Exception):
+    """What the Kubernetes client raises when admission refuses a patch."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"({status}) {body}")
+        self.status, self.body = status, body
+
+
+class _FencedTransport(RecordingTransport):
+    """The API server after the operator moved the job on to attempt 1."""
+
+    def __init__(self) -> None:
+        super().__init__(trainjob={"status": {"attempt": 1}})
+        self.tries = 0
+
+    def patch_status(self, body: dict[str, Any]) -> None:
+        self.tries += 1
+        raise _Refused(
+            403,
+            "ValidatingAdmissionPolicy 'raytrain-runtime-status' denied request: ServiceAccount "
+            "j-runtime sent a report of attempt 0 to TrainJob j, which is at attempt 1: only "
+            "the current attempt may report (status.trainerStatus.attempt)",
+        )
+
+
+def test_a_report_refused_as_another_attempts_stops_the_reports(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Not retried, and nothing more sent: the attempt's reports can never be taken again.
+    sink = _FencedTransport()
+    slept: list[float] = []
+    r = Reporter(sink, min_interval=0, sleep=slept.append)
+    r.start()
+    r.on_report({"epoch": 0}, "s3://b/r/c1")
+    r.on_report({"epoch": 1}, "s3://b/r/c2")
+    r.finish("Succeeded", "done")
+    assert sink.tries == 1 and slept == []
+    assert r.superseded
+    assert "only the current attempt may report" in caplog.text
+
+
 # -- tune param space ------------------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from _required import required
 from raytrain_operator.api import crd as crdgen
 from raytrain_operator.builders.network import DEFAULT_INGRESS, parse_ingress
 from raytrain_operator.uninstall import Options
+from trainer_runtime.reporter import SUPERSEDED
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "raytrain-operator"
@@ -598,6 +599,15 @@ def test_runtime_status_policy_guards_every_operator_owned_field(
     assert not guarded & RUNTIME_OWNED
     # Guarding a field the CRD does not have yet is harmless (has() is false on both sides).
     assert set(status["properties"]) - RUNTIME_OWNED - guarded == set()
+
+
+def test_the_runtime_knows_the_status_policys_refusal_of_another_attempt(
+    default: list[dict[str, Any]],
+) -> None:
+    """The runtime stops reporting when the policy refuses a report as another attempt's; it
+    knows the refusal by these words."""
+    messages = [v["messageExpression"] for v in policy(default, "status")["spec"]["validations"]]
+    assert sum(SUPERSEDED in m for m in messages) == 1, messages
 
 
 @pytest.mark.parametrize("which", ["status", "scope"])
