@@ -71,13 +71,23 @@ Series = tuple[str, str, str]
 
 
 def cluster_up(nodes: int, env: dict[str, str]) -> str:
-    out = subprocess.run(
-        ["bash", str(ROOT / "e2e/controlplane/cluster.sh"), "up"],
-        env={**env, "RAYTRAIN_NODES": str(nodes)},
-        check=True,
-        stdout=subprocess.PIPE,
-        text=True,
-    ).stdout
+    """The cluster's kubeconfig; a cluster that fails to come up is stopped before the error
+    goes on. KWOK makes about 10 nodes Ready a second here, so each wait of `up` gets half a
+    second per node (2,000 nodes took over the default 180 s)."""
+    timeout = env.get("RAYTRAIN_UP_TIMEOUT") or str(max(180, nodes // 2))
+    try:
+        out = subprocess.run(
+            ["bash", str(ROOT / "e2e/controlplane/cluster.sh"), "up"],
+            env={**env, "RAYTRAIN_NODES": str(nodes), "RAYTRAIN_UP_TIMEOUT": timeout},
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
+        ).stdout
+    except subprocess.CalledProcessError:
+        subprocess.run(
+            ["bash", str(ROOT / "e2e/controlplane/cluster.sh"), "down"], env=env, check=False
+        )
+        raise
     return out.strip().splitlines()[-1].split("=", 1)[1]
 
 
