@@ -350,7 +350,9 @@ class Reporter:
         now = self._clock()
         if not self._throttle.ready(now):
             return
-        self._check_suspend_request()
+        job = self._read()
+        self._check_attempt(job)
+        self._check_suspend_request(job)
         self._send(build_status_patch(self.state, now), now)
 
     def seconds_until_due(self) -> float | None:
@@ -401,8 +403,24 @@ class Reporter:
             self.state.best_metric = float(value)
             self.state.best_uri = uri
 
-    def _check_suspend_request(self) -> None:
-        job = self._read()
+    def _check_attempt(self, job: Mapping[str, Any] | None) -> None:
+        """Stop reporting once the TrainJob is at a later attempt than this one: the operator
+        moved on (the attempt failed, or was replaced), and a late report of this attempt must
+        not become the job's. The chart's runtime-status policy refuses such a report too; this
+        holds where the policy is off."""
+        current = ((job or {}).get("status") or {}).get("attempt")
+        if self.superseded or isinstance(current, bool) or not isinstance(current, int):
+            return
+        if current > self.state.attempt:
+            self.superseded = True
+            log.error(
+                "the TrainJob is at attempt %d, so the reports of this attempt (%d) stop and "
+                "none of its checkpoints can become the job's",
+                current,
+                self.state.attempt,
+            )
+
+    def _check_suspend_request(self, job: Mapping[str, Any] | None) -> None:
         if not job:
             return
         annotations = (job.get("metadata") or {}).get("annotations") or {}

@@ -251,10 +251,11 @@ class _Refused(Exception):
 
 
 class _FencedTransport(RecordingTransport):
-    """The API server after the operator moved the job on to attempt 1."""
+    """The API server after the operator moved the job on to attempt 1, which the runtime's
+    read (just before) did not see yet."""
 
     def __init__(self) -> None:
-        super().__init__(trainjob={"status": {"attempt": 1}})
+        super().__init__(trainjob={"status": {"attempt": 0}})
         self.tries = 0
 
     def patch_status(self, body: dict[str, Any]) -> None:
@@ -281,6 +282,24 @@ def test_a_report_refused_as_another_attempts_stops_the_reports(
     assert sink.tries == 1 and slept == []
     assert r.superseded
     assert "only the current attempt may report" in caplog.text
+
+
+def test_a_job_at_a_later_attempt_gets_no_more_reports_of_this_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Where the status policy is off, the runtime's own read of the job is the fence.
+    job: dict[str, Any] = {"status": {"attempt": 0}}
+    sink = RecordingTransport(trainjob=job)
+    r = Reporter(sink, min_interval=0)
+    r.start()
+    r.on_report({"epoch": 0}, "s3://b/r/c1")
+    sent = len(sink.patches)
+    job["status"]["attempt"] = 1  # the operator moved on
+    r.on_report({"epoch": 1}, "s3://b/r/c2")
+    r.finish("Succeeded", "done")
+    assert len(sink.patches) == sent and r.superseded
+    assert sink.patches[-1]["status"]["checkpoint"]["latestURI"] == "s3://b/r/c1"
+    assert "the TrainJob is at attempt 1" in caplog.text
 
 
 # -- tune param space ------------------------------------------------------------------------------
