@@ -322,6 +322,24 @@ def kube_cluster(pytestconfig: pytest.Config) -> KubeCluster:
 
 
 @pytest.fixture
+def operator_client(kube_cluster: KubeCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator's own client (raytrain_operator.k8s) on the test cluster, built from its
+    kubeconfig instead of ~/.kube, in this test's process."""
+    import threading
+
+    import kopf
+
+    from raytrain_operator import k8s
+
+    monkeypatch.setenv("KUBECONFIG", str(kube_cluster.kubeconfig))
+    info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings())
+    assert info is not None
+    endpoint = k8s.endpoint_from(info)
+    monkeypatch.setattr(k8s.client, "endpoint", lambda: endpoint)
+    monkeypatch.setattr(k8s.client, "_local", threading.local())  # a fresh connection
+
+
+@pytest.fixture
 def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace for one test (with its default ServiceAccount), deleted afterwards."""
     base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")

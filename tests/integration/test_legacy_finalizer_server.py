@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,17 +29,6 @@ __all__ = ["crds"]  # the module-scoped CRD fixture
 
 OTHER = "example.com/other"
 LOG = logging.getLogger("test")
-
-
-@pytest.fixture
-def operator_client(kube_cluster: KubeCluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The operator's own client (raytrain_operator.k8s), on the test cluster."""
-    monkeypatch.setenv("KUBECONFIG", str(kube_cluster.kubeconfig))
-    info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings())
-    assert info is not None
-    endpoint = k8s.endpoint_from(info)
-    monkeypatch.setattr(k8s.client, "endpoint", lambda: endpoint)
-    monkeypatch.setattr(k8s.client, "_local", threading.local())  # a fresh connection
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +22,6 @@ import pytest
 
 from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_contract.meta import Meta
-from raytrain_operator import k8s
 from raytrain_operator.handlers import preflight
 
 pytestmark = pytest.mark.integration
@@ -50,14 +48,7 @@ class _Everything(logging.Handler):
 
 
 @pytest.fixture
-def debug_everything(kube_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Everything]:
-    # The operator's own client, built from the test cluster's kubeconfig instead of ~/.kube.
-    monkeypatch.setenv("KUBECONFIG", str(kube_cluster.kubeconfig))
-    info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings())
-    assert info is not None
-    endpoint = k8s.endpoint_from(info)
-    monkeypatch.setattr(k8s.client, "endpoint", lambda: endpoint)
-    monkeypatch.setattr(k8s.client, "_local", threading.local())  # a fresh connection
+def debug_everything(operator_client: None) -> Iterator[_Everything]:
     kopf.configure(debug=True, verbose=True)
     handler = _Everything()
     root = logging.getLogger()

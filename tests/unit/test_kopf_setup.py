@@ -144,12 +144,27 @@ def test_the_new_key_wins_over_the_old(configured: kopf.OperatorSettings) -> Non
 # -------------------------------------------------------------------------- registrations
 
 
+def _cause_fields() -> dict[str, Any]:
+    """What each kopf cause below carries besides the object: our resource and empty extras."""
+    from kopf._cogs.structs import references
+
+    return {
+        "resource": references.Resource(
+            group="raytrain.dev", version="v1alpha1", plural="trainjobs", namespaced=True
+        ),
+        "indices": cast(Any, {}),
+        "logger": LOG,
+        "patch": kopf.Patch(),
+        "memo": kopf.Memo(),
+    }
+
+
 def _handlers_called(
     configured: kopf.OperatorSettings, obj: kopf.Body, *, initial: bool = False
 ) -> dict[str, Any]:
     """What kopf calls for an event that brings `obj`: its own cause detection, on the diff
     between our diff base stored in `obj` and `obj` itself, then its own handler matching."""
-    from kopf._cogs.structs import diffs, references
+    from kopf._cogs.structs import diffs
     from kopf._core.intents import causes
 
     storage = configured.persistence.diffbase_storage
@@ -162,13 +177,7 @@ def _handlers_called(
         new=new,
         diff=diffs.diff(old, new) if old is not None else None,
         initial=initial,
-        resource=references.Resource(
-            group="raytrain.dev", version="v1alpha1", plural="trainjobs", namespaced=True
-        ),
-        indices=cast(Any, {}),
-        logger=LOG,
-        patch=kopf.Patch(),
-        memo=kopf.Memo(),
+        **_cause_fields(),
     )
     return {h.id: h.fn for h in registered()._changing.iter_handlers(cause)}
 
@@ -280,19 +289,12 @@ def test_the_handler_queues_a_pass_labelled_with_what_woke_it(
 
 def _event_handlers(finalizers: list[str], deleting: bool = False) -> list[Any]:
     """What kopf calls, of our event handlers, for an event of a TrainJob with `finalizers`."""
-    from kopf._cogs.structs import references
     from kopf._core.intents import causes
 
     extra = {"deletionTimestamp": "2026-11-23T10:00:00Z"} if deleting else {}
     obj = body(finalizers=finalizers, **extra)
     cause = causes.WatchingCause(
-        resource=references.Resource(
-            group="raytrain.dev", version="v1alpha1", plural="trainjobs", namespaced=True
-        ),
-        indices=cast(Any, {}),
-        logger=LOG,
-        patch=kopf.Patch(),
-        memo=kopf.Memo(),
+        **_cause_fields(),
         body=obj,
         type="MODIFIED",
         event={"type": "MODIFIED", "object": dict(obj)},
@@ -325,28 +327,16 @@ FINISHED = {"conditions": [{"type": "Succeeded", "status": "True"}]}
 
 def _finalizer_wanted(obj: Any) -> bool:
     """kopf's own answer: does any handler of ours need its finalizer on this object?"""
-    from kopf._cogs.structs import references
     from kopf._core.intents import causes
 
     registry = registered()
-    resource = references.Resource(
-        group="raytrain.dev", version="v1alpha1", plural="trainjobs", namespaced=True
-    )
     cause = causes.SpawningCause(
-        resource=resource,
-        indices=cast(Any, {}),
-        logger=LOG,
-        patch=kopf.Patch(),
-        memo=kopf.Memo(),
+        **_cause_fields(),
         body=obj,
         reset=False,
     )
     changing = causes.ChangingCause(
-        resource=resource,
-        indices=cast(Any, {}),
-        logger=LOG,
-        patch=kopf.Patch(),
-        memo=kopf.Memo(),
+        **_cause_fields(),
         body=obj,
         initial=False,
         reason=kopf.Reason.UPDATE,
