@@ -446,7 +446,7 @@ def test_the_resync_queues_only_what_changed_without_an_event(
     running = rayjob({"jobDeploymentStatus": "Running"})
     listed = {"trainjobs": [job], "rayjobs": [running], "rayclusters": []}
     monkeypatch.setattr(
-        k8s, "list_all", lambda group, version, plural, ns, selector="": listed[plural]
+        k8s, "iter_all", lambda group, version, plural, ns, selector="": iter(listed[plural])
     )
     engine.seen.saw_trainjob(job)
     engine.seen.saw_rayjob("team-a", running)
@@ -468,7 +468,7 @@ def test_the_resync_queues_only_what_changed_without_an_event(
 def test_the_resync_queues_the_owner_of_a_rayjob_gone_unseen(
     monkeypatch: pytest.MonkeyPatch, engine: Engine
 ) -> None:
-    monkeypatch.setattr(k8s, "list_all", lambda *a, **kw: [])
+    monkeypatch.setattr(k8s, "iter_all", lambda *a, **kw: iter([]))
     engine.seen.saw_rayjob("team-a", rayjob())
     assert engine.resync() == 1
     assert keys(engine) == [("team-a", "digits")]

@@ -309,7 +309,7 @@ class Engine:
         queued: set[Key] = set()
         namespaces: list[str | None] = list(self.config.namespaces) or [None]
         for ns in namespaces:
-            for obj in k8s.list_all(GROUP, VERSION, PLURAL, ns):
+            for obj in k8s.iter_all(GROUP, VERSION, PLURAL, ns):
                 metadata = obj.get("metadata") or {}
                 key = (str(metadata.get("namespace")), str(metadata.get("name")))
                 if (
@@ -324,7 +324,7 @@ class Engine:
                     queued.add(key)
             listed: set[Key] = set()
             selector = f"{LABEL_TRAINJOB}"
-            for rayjob in k8s.list_all(RAY_GROUP, RAY_VERSION, RAYJOBS, ns, selector):
+            for rayjob in k8s.iter_all(RAY_GROUP, RAY_VERSION, RAYJOBS, ns, selector):
                 metadata = rayjob.get("metadata") or {}
                 namespace = str(metadata.get("namespace"))
                 listed.add((namespace, str(metadata.get("name"))))
@@ -337,7 +337,7 @@ class Engine:
                     owner = name.rsplit("-", 1)[0]
                     queued.add((namespace, owner))
             selector = f"{LABEL_TRAINJOB},{ORIGINATED_FROM}"
-            for cluster in k8s.list_all(RAY_GROUP, RAY_VERSION, RAYCLUSTERS, ns, selector):
+            for cluster in k8s.iter_all(RAY_GROUP, RAY_VERSION, RAYCLUSTERS, ns, selector):
                 metadata = cluster.get("metadata") or {}
                 namespace = str(metadata.get("namespace"))
                 entry = cluster_entry(cluster.get("status") or {})

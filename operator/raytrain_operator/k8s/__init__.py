@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -146,22 +147,30 @@ def list_rayjobs(namespace: str, label_selector: str) -> list[dict[str, Any]]:
     return [dict(item) for item in (result or {}).get("items") or []]
 
 
-def list_all(
+def iter_all(
     group: str, version: str, plural: str, namespace: str | None, label_selector: str = ""
-) -> list[dict[str, Any]]:
-    """Every object of a kind in a namespace (None: in every namespace), 500 per request."""
+) -> Iterator[dict[str, Any]]:
+    """Every object of a kind in a namespace (None: in every namespace), 500 per request; one
+    page in memory at a time (the resync goes through every TrainJob)."""
     base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
     path = f"{base}/{plural}" if namespace is None else _path(group, version, namespace, plural)
-    items: list[dict[str, Any]] = []
     token: str | None = None
     while True:
         query: dict[str, Any] = {"labelSelector": label_selector or None, "limit": 500}
         query["continue"] = token
         page = call("list", plural, functools.partial(request, "GET", path, query=query)) or {}
-        items.extend(dict(item) for item in page.get("items") or [])
+        for item in page.get("items") or []:
+            yield dict(item)
         token = (page.get("metadata") or {}).get("continue")
         if not token:
-            return items
+            return
+
+
+def list_all(
+    group: str, version: str, plural: str, namespace: str | None, label_selector: str = ""
+) -> list[dict[str, Any]]:
+    """Every object of a kind in a namespace (None: in every namespace), as one list."""
+    return list(iter_all(group, version, plural, namespace, label_selector))
 
 
 def list_rayjob_names(namespace: str, label_selector: str) -> list[str]:
