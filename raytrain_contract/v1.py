@@ -173,6 +173,8 @@ class CheckpointSettings(_Section):
     num_to_keep: int | None = Field(default=None, ge=1)
     score_attribute: str | None = None
     score_order: Order | None = None
+    #: What a resume checks of a checkpoint against its manifest (raytrain_contract.checkpoints).
+    verify: Literal["checksums", "sizes"] = "checksums"
 
 
 class FailureSettings(_Section):
@@ -282,6 +284,7 @@ class Contract(_Section):
 # document while it holds its default (see the module docstring).
 _ADDED_SINCE_0_1_0: dict[type[BaseModel], frozenset[str]] = {
     Contract: frozenset({"resume_from", "code"}),
+    CheckpointSettings: frozenset({"verify"}),
 }
 
 

@@ -38,6 +38,7 @@ from raytrain_contract.api.v1alpha1 import (
     GPU_RESOURCE_NAME,
     NVIDIA_GPU,
     RAY_ACCELERATOR_RESOURCES,
+    CheckpointVerify,
     TrainJob,
     TrainJobSpec,
 )
@@ -191,6 +192,7 @@ def build_contract(
             num_to_keep=checkpoint.num_to_keep,
             score_attribute=checkpoint.score_attribute,
             score_order=checkpoint.score_order.value if checkpoint.score_order else None,
+            verify="sizes" if checkpoint.verify == CheckpointVerify.SIZES else "checksums",
         ),
         failure=FailureSettings(max_failures=spec.failure.max_failures if spec.failure else 0),
         datasets={

@@ -89,6 +89,7 @@ from raytrain_contract.api.v1alpha1.status import (
     GoodputTotals,
     Metric,
     OutOfMemoryStatus,
+    RejectedCheckpoint,
     TemplateSnapshot,
     TrainerStatus,
     TrainJobStatus,
@@ -96,6 +97,7 @@ from raytrain_contract.api.v1alpha1.status import (
 )
 from raytrain_contract.api.v1alpha1.storage import (
     CheckpointSpec,
+    CheckpointVerify,
     CodeSpec,
     PVCStorage,
     ResumeFromSpec,
@@ -157,6 +159,7 @@ __all__ = [
     "VERSION",
     "CheckpointSpec",
     "CheckpointStatus",
+    "CheckpointVerify",
     "CodeSpec",
     "Condition",
     "DatasetFormat",
@@ -175,6 +178,7 @@ __all__ = [
     "PVCStorage",
     "PlacementStrategy",
     "PodOverrides",
+    "RejectedCheckpoint",
     "ResumeFromSpec",
     "RetryPolicySpec",
     "S3Storage",

@@ -60,6 +60,21 @@ class TrainerStatus(Model):
     """True while the runtime saves a checkpoint before a suspend."""
 
 
+class RejectedCheckpoint(Model):
+    """A checkpoint a resume did not use because it failed its check (its files are kept)."""
+
+    uri: str
+    """The checkpoint."""
+    problem: str | None = None
+    """no-manifest, bad-manifest, missing, size, checksum or rejected (marked earlier)."""
+    reason: str | None = None
+    """What was wrong: the file and what storage holds against what the manifest says."""
+    attempt: int | None = None
+    """The attempt that checked it."""
+    time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """When it was checked."""
+
+
 class CheckpointStatus(Model):
     """Latest and best checkpoint."""
 
@@ -74,6 +89,13 @@ class CheckpointStatus(Model):
     last_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     """When the runtime reported the latest checkpoint (the driver pod's clock, the moment Ray
     Train handed it over after persisting it); absent from runtimes that do not write it."""
+    resumed_from: str | None = None
+    """The checkpoint the current attempt resumed from, once verified against its manifest."""
+    resumed_attempt: int | None = None
+    """The attempt that resumed from resumedFrom."""
+    rejected: list[RejectedCheckpoint] | None = Field(default=None, max_length=20)
+    """Checkpoints a resume passed over, newest last (at most 20 kept here; each is also
+    marked in storage, .raytrain/rejected.json in its directory)."""
 
 
 class GoodputTotals(Model):

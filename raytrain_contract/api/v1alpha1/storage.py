@@ -168,6 +168,11 @@ class StorageSpec(Model):
     """An S3 or S3-compatible bucket."""
 
 
+class CheckpointVerify(str, Enum):
+    CHECKSUMS = "Checksums"
+    SIZES = "Sizes"
+
+
 class CheckpointSpec(Model):
     """Which checkpoints are kept (Ray Train's CheckpointConfig)."""
 
@@ -189,6 +194,11 @@ class CheckpointSpec(Model):
     """Reported metric that ranks checkpoints."""
     score_order: ScoreOrder | None = None
     """max or min: whether a higher or a lower score is better. Default max."""
+    verify: CheckpointVerify | None = None
+    """How a checkpoint is checked against its manifest before a resume uses it. Checksums
+    (the default): every file's size and CRC32C, computed as each worker downloads it. Sizes:
+    the sizes only, for checkpoints too large to read twice; a corrupted file of the right size
+    then reaches the loop."""
 
 
 class ResumeFromSpec(Model):
