@@ -293,7 +293,9 @@ def mark_rejected(store: Store, verdict: Verdict, *, attempt: int | None, by: st
 
 def checkpoint_dirs(store: Store, run_dir: str) -> list[str]:
     """The run's checkpoint directories, newest first (their names sort by time)."""
-    names = {p.split("/", 1)[0] for p in store.sizes(run_dir) if p.startswith(CHECKPOINT_PREFIX)}
+    # Directories only: Ray Train's checkpoint_manager_snapshot.json shares the prefix.
+    held = store.sizes(run_dir)
+    names = {p.split("/", 1)[0] for p in held if p.startswith(CHECKPOINT_PREFIX) and "/" in p}
     return [f"{run_dir.rstrip('/')}/{n}" for n in sorted(names, reverse=True)]
 
 

@@ -20,6 +20,8 @@ RUNTIME_FRAMES = frozenset(
         ("trainer_runtime/entrypoint.py", "loop"),
         ("trainer_runtime/entrypoint.py", "loop_with_config"),
         ("trainer_runtime/flush.py", "guarded"),
+        ("trainer_runtime/manifests.py", "verified"),
+        ("trainer_runtime/manifests.py", "_run_seed"),
         ("trainer_runtime/resume.py", "seeded"),
     }
 )

@@ -38,6 +38,8 @@ CHECKPOINT_REQUEST_ANNOTATION = "raytrain.dev/checkpoint-requested"
 #: Set by the operator in every Ray container: the attempt (and RayJob, RayCluster) of the pod.
 ATTEMPT_ENV = "RAYTRAIN_ATTEMPT"
 RAYJOB_ENV = "RAYTRAIN_RAYJOB"
+#: How many rejected checkpoints status.checkpoint.rejected keeps (the API allows 20).
+REJECTED_KEPT = 20
 RAYCLUSTER_ENV = "RAYTRAIN_RAYCLUSTER"
 RUNNING, SUCCEEDED, FAILED = "Running", "Succeeded", "Failed"
 _MESSAGE_LIMIT = failure.MESSAGE_LIMIT
@@ -185,6 +187,14 @@ class ReportState:
     checkpoint_time: float | None = None
     #: The same time as an earlier attempt wrote it, until this run reports a checkpoint.
     checkpoint_time_text: str | None = None
+    #: The checkpoint this attempt resumed from, once checked (trainer_runtime/manifests.py).
+    resumed_from: str | None = None
+    #: Checkpoints passed over (status.checkpoint.rejected, whole), the earlier attempts' first.
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    #: Send resumedFrom and rejected with the next patch (they are sent once, not every time).
+    resume_pending: bool = False
+    #: Send bestURI/bestMetric even when None: the best checkpoint was rejected.
+    best_cleared: bool = False
 
 
 def build_status_patch(state: ReportState, now: float) -> dict[str, Any]:
@@ -221,6 +231,14 @@ def build_status_patch(state: ReportState, now: float) -> dict[str, Any]:
         elif state.checkpoint_time_text is not None:
             checkpoint["lastTime"] = state.checkpoint_time_text
         status["checkpoint"] = checkpoint
+    if state.best_cleared and state.best_uri is None:
+        status.setdefault("checkpoint", {}).update({"bestURI": None, "bestMetric": None})
+    if state.resume_pending:
+        checkpoint = status.setdefault("checkpoint", {})
+        checkpoint["resumedFrom"] = state.resumed_from
+        checkpoint["resumedAttempt"] = state.attempt
+        if state.rejected:
+            checkpoint["rejected"] = state.rejected[-REJECTED_KEPT:]
     return {"status": status}
 
 
@@ -303,6 +321,8 @@ class Reporter:
                     setattr(self.state, attr, ckpt[key])
             with contextlib.suppress(KeyError, TypeError, ValueError):
                 self.state.best_metric = float(ckpt["bestMetric"])
+            if isinstance(ckpt.get("rejected"), list):
+                self.state.rejected = [r for r in ckpt["rejected"] if isinstance(r, dict)]
         self._pending = True
         self.tick()
 
@@ -327,6 +347,30 @@ class Reporter:
                 # This request is answered, whatever the two clocks say about its time.
                 self._request_done = self._request_seen
             self._track_best(metrics, checkpoint_uri)
+        self._pending = True
+        self.tick()
+
+    def on_resume(
+        self, resumed_from: str | None, rejected: list[dict[str, Any]] | None = None
+    ) -> None:
+        """The checkpoint this attempt resumes from, and those its check passed over.
+
+        A rejected checkpoint is never the job's latest or best: the latest becomes the one
+        resumed from, and a rejected best is cleared until a report beats it again.
+        """
+        s = self.state
+        s.resumed_from = resumed_from
+        known = {(r.get("uri"), r.get("attempt")) for r in s.rejected}
+        for entry in rejected or []:
+            if (entry.get("uri"), entry.get("attempt")) not in known:
+                s.rejected.append(dict(entry))
+        s.rejected = s.rejected[-REJECTED_KEPT:]
+        bad = {r.get("uri") for r in rejected or []}
+        if s.latest_uri in bad:
+            s.latest_uri = resumed_from
+        if s.best_uri in bad:
+            s.best_uri, s.best_metric, s.best_cleared = None, None, True
+        s.resume_pending = True
         self._pending = True
         self.tick()
 
@@ -465,6 +509,8 @@ class Reporter:
             try:
                 self.transport.patch_status(body)
                 self.patches_sent += 1
+                self.state.resume_pending = False
+                self.state.best_cleared = False
                 return
             except Exception as exc:
                 if SUPERSEDED in str(getattr(exc, "body", None) or exc):

@@ -23,12 +23,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytrain_contract import Contract
-from trainer_runtime import resume
+from trainer_runtime import manifests, resume
 from trainer_runtime import runlog as runlog_module
 from trainer_runtime.datawait import start_watch
 from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
 from trainer_runtime.flush import flushed_before_raising, report_commit_callback
-from trainer_runtime.reporter import FAILED, SUCCEEDED, Reporter, total_epochs
+from trainer_runtime.reporter import (
+    FAILED,
+    RAYJOB_ENV,
+    SUCCEEDED,
+    Reporter,
+    finished_epoch,
+    total_epochs,
+)
 from trainer_runtime.runlog import RunLog, worker_error_text
 from trainer_runtime.storage import StorageTarget, resolve_uri, storage_target
 from trainer_runtime.tune import concurrent_trials
@@ -48,15 +55,35 @@ def _require_train_v2() -> None:
         )
 
 
-def _make_bridge(queue: Any, target: StorageTarget) -> Any:
-    """A UserCallback (runs in the controller) that forwards reports into ``queue``."""
+def _make_bridge(queue: Any, target: StorageTarget, attempt: int | None = None) -> Any:
+    """A UserCallback (runs in the controller) that finishes each checkpoint's manifest and
+    forwards reports into ``queue``: a checkpoint is reported only with its manifest written."""
     from ray.train import UserCallback
+
+    fence = os.environ.get(RAYJOB_ENV)
 
     class ReportBridge(UserCallback):  # type: ignore[misc]
         def after_report(self, run_context: Any, metrics: Any, checkpoint: Any) -> None:
+            first = dict(metrics[0]) if metrics else {}
+            uri = None
+            if checkpoint is not None:
+                try:
+                    manifest = manifests.finish_manifest(
+                        checkpoint.filesystem,
+                        checkpoint.path,
+                        run=run_context.run_config.name,
+                        attempt=attempt,
+                        fence=fence,
+                        epoch=finished_epoch(first),
+                        metrics=first,
+                    )
+                    if manifest is not None:
+                        uri = target.uri(checkpoint.path)
+                except Exception:
+                    # Without its manifest the checkpoint is not one: it is not reported, and
+                    # no resume uses it. Training goes on.
+                    log.exception("could not write the manifest of %s", checkpoint.path)
             try:
-                uri = target.uri(checkpoint.path) if checkpoint is not None else None
-                first = dict(metrics[0]) if metrics else {}
                 queue.put_nowait(("report", first, uri))
             except Exception:  # reporting must never break training
                 log.exception("could not forward a report")
@@ -367,6 +394,8 @@ def _drain(
                     step=reporter.state.step,
                     checkpoints=reporter.state.checkpoint_count,
                 )
+        elif kind == "resume":
+            reporter.on_resume(payload.get("resumed_from"), payload.get("rejected") or [])
         elif kind in ("worker_errors", "worker_errors_short"):
             if runlog is not None:
                 runlog.worker_errors(payload, replace=kind == "worker_errors")
@@ -471,8 +500,33 @@ def _run_training(
     if contract.code is not None:
         # Every attempt names the snapshot it runs: a retry runs the code the job was given.
         log.info("code: snapshot sha256:%s (%s)", contract.code.sha256, contract.code.uri)
+    own_checkpoints = resume.run_has_checkpoint(target, contract.run_name)
+    if own_checkpoints and contract.tune is None:
+        # Before Ray Train reads its snapshot: its latest checkpoint must be one that checks out.
+        check = manifests.check_run(target, contract.run_name, contract.attempt)
+        if check.error is not None:
+            log.error("%s", check.error)
+            reporter.on_resume(None, [r.status() for r in check.rejected])
+            reporter.finish(FAILED, check.error)
+            return EXIT_BAD_INPUT
+        if check.resumed_from is not None:
+            log.info(
+                "resuming from %s%s",
+                check.resumed_from,
+                " (it predates manifests: not verified)" if check.unverified else "",
+            )
+            reporter.on_resume(check.resumed_from, [r.status() for r in check.rejected])
+    queue = report_queue()
+    train_fn = manifests.with_verified(
+        train_fn,
+        target,
+        attempt=contract.attempt,
+        checksums=contract.checkpoint.verify == "checksums",
+        queue=queue,
+        seed=contract.resume_from if not own_checkpoints else None,
+    )
     if contract.resume_from:
-        if resume.run_has_checkpoint(target, contract.run_name):
+        if own_checkpoints:
             log.info("the run has checkpoints of its own: %s is not used", contract.resume_from)
         else:
             try:
@@ -486,7 +540,6 @@ def _run_training(
         train_fn = resume.with_seed(train_fn, contract.resume_from, target)
     train_fn = flushed_before_raising(train_fn)
 
-    queue = report_queue()
     stop = threading.Event()
     drainer = threading.Thread(target=_drain, args=(queue, reporter, stop, runlog), daemon=True)
     drainer.start()
@@ -494,7 +547,7 @@ def _run_training(
     if contract.datasets:
         watch = start_watch(list(contract.datasets), training_cpus(contract))
     try:
-        bridge = _make_bridge(queue, target)
+        bridge = _make_bridge(queue, target, contract.attempt)
         error_bridge = _make_error_bridge(queue)
         commit = report_commit_callback()
         bridges = [c for c in (bridge, error_bridge, commit) if c is not None]
