@@ -390,3 +390,83 @@ def test_a_report_of_an_earlier_attempt_changes_nothing(
     status = kube_cluster.get_json(TRAINJOBS, "job-a", "-n", namespace)["status"]
     assert status["checkpoint"]["latestURI"] == "s3://b/run/checkpoint_3"
     assert status["trainerStatus"]["attempt"] == 1
+
+
+def test_what_a_resume_found_is_reported_by_the_current_attempt_only(
+    kube_cluster: Any, namespace: str, policy: list[dict[str, Any]]
+) -> None:
+    """The checkpoint a resume used and those its check passed over (status.checkpoint's
+    resumedFrom, resumedAttempt and rejected) are the runtime's to write, under the attempt
+    rule of the rest of status.checkpoint: the current attempt's report is kept whole, an
+    earlier attempt's is refused. What the operator announced of them is the operator's."""
+    job = make_trainjob(kube_cluster, namespace, "job-a")
+    user = make_runtime_account(kube_cluster, job)
+    wait_until_enforced(kube_cluster, user, namespace, "job-a")
+    # The operator starts attempt 1 (the admin stands in for it here).
+    kube_cluster.kubectl(
+        "patch", TRAINJOBS, "job-a", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"attempt": 1, "restarts": 1}}),
+    )  # fmt: skip
+    run = "s3://b/run"
+    rejected = [
+        {
+            "uri": f"{run}/checkpoint_3",
+            "problem": "size",
+            "reason": "file model.pt is 12 bytes, the manifest says 1234",
+            "attempt": 1,
+            "time": "2026-12-03T12:00:00Z",
+        },
+        {
+            "uri": f"{run}/checkpoint_2",
+            "problem": "no-manifest",
+            "reason": "no manifest (.raytrain/manifest.json): its upload did not finish",
+            "attempt": 1,
+            "time": "2026-12-03T12:00:01Z",
+        },
+    ]
+    resume = {
+        "trainerStatus": {"phase": "Running", "step": 0, "attempt": 1},
+        "checkpoint": {
+            "latestURI": f"{run}/checkpoint_1",
+            "resumedFrom": f"{run}/checkpoint_1",
+            "resumedAttempt": 1,
+            "rejected": rejected,
+        },
+    }
+    ok = patch_status(kube_cluster, user, namespace, "job-a", resume)
+    assert ok.returncode == 0, ok.stderr
+    checkpoint = kube_cluster.get_json(TRAINJOBS, "job-a", "-n", namespace)["status"]["checkpoint"]
+    assert checkpoint["resumedFrom"] == f"{run}/checkpoint_1"
+    assert checkpoint["resumedAttempt"] == 1
+    assert checkpoint["rejected"] == rejected
+    before = kube_cluster.get_json(TRAINJOBS, "job-a", "-n", namespace)["status"]
+
+    # The same report from attempt 0 (its driver still running after the retry began).
+    late = {
+        "trainerStatus": {"phase": "Running", "step": 0, "attempt": 0},
+        "checkpoint": {
+            "resumedFrom": f"{run}/checkpoint_3",
+            "resumedAttempt": 0,
+            "rejected": [{**r, "attempt": 0} for r in rejected[1:]],
+        },
+    }
+    proc = patch_status(kube_cluster, user, namespace, "job-a", late)
+    assert proc.returncode != 0, "attempt 0's resume report was accepted"
+    assert (
+        "sent a report of attempt 0 to TrainJob job-a, which is at attempt 1: only the "
+        "current attempt may report" in proc.stderr
+    ), proc.stderr
+    assert kube_cluster.get_json(TRAINJOBS, "job-a", "-n", namespace)["status"] == before
+
+    # The record of what the operator announced is the operator's.
+    announced = {"uri": f"{run}/checkpoint_2", "attempt": 1, "time": "2026-12-03T12:00:01Z"}
+    proc = patch_status(kube_cluster, user, namespace, "job-a", {"announcedRejection": announced})
+    assert proc.returncode != 0, "status.announcedRejection was accepted"
+    assert "may not change status.announcedRejection of TrainJob job-a" in proc.stderr, proc.stderr
+    admin = kube_cluster.kubectl(
+        "patch", TRAINJOBS, "job-a", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"announcedRejection": announced}}), check=False,
+    )  # fmt: skip
+    assert admin.returncode == 0, admin.stderr
+    status = kube_cluster.get_json(TRAINJOBS, "job-a", "-n", namespace)["status"]
+    assert status["announcedRejection"] == announced

@@ -359,6 +359,10 @@ def _pass(
     for t in plan.transitions:
         message = f"{t.type} is {t.status}" + (f": {t.message}" if t.message else "")
         result.events.append(Event(t.is_warning, t.reason, message))
+    for message in plan.checkpoint_rejections:
+        result.events.append(
+            Event(True, machine.CHECKPOINT_REJECTED, message[: conditions.MAX_MESSAGE])
+        )
     result.due(plan.recheck_after, "due")
     if trouble is None:
         # Nothing announces a pod the scheduler cannot place: a starting cluster's pods are

@@ -312,3 +312,6 @@ class TrainJobStatus(Model):
     template: TemplateSnapshot | None = new_field()
     """The template of spec.template as this job uses it: read before the first attempt and
     kept, so the job runs with the same defaults to the end."""
+    announced_rejection: RejectedCheckpoint | None = new_field()
+    """The newest entry of checkpoint.rejected the operator has posted a CheckpointRejected
+    Event for (its uri, attempt and time): the entries after it are the new ones."""

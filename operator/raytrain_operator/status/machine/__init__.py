@@ -19,6 +19,7 @@ The modules, in the order a pass uses them:
 - `failures`: a failed attempt's classification (status/triage/), retries and preemptions.
 - `suspension`: suspend with a checkpoint, Kueue's admission, resume, an earlier attempt's drain.
 - `spec_changes`: spec fields the running attempt does not carry.
+- `rejections`: the checkpoints a resume passed over, each announced once.
 
 Everything other code uses is imported from here, as `raytrain_operator.status.machine`.
 """
@@ -71,6 +72,7 @@ from raytrain_operator.status.machine.plan_types import (
     SetRayJobSuspend,
     now_utc,
 )
+from raytrain_operator.status.machine.rejections import REASON as CHECKPOINT_REJECTED
 from raytrain_operator.status.machine.stages import STAGES, plan
 
 __all__ = [
@@ -79,6 +81,7 @@ __all__ = [
     "ANNOTATION_SPEC_HASH",
     "ANNOTATION_SUSPENDED_BY_USER",
     "CHECKPOINT_GRACE_SECONDS",
+    "CHECKPOINT_REJECTED",
     "FAILED",
     "OPERATOR_FIELDS",
     "PENDING",

@@ -44,6 +44,8 @@ class _Builder:
         #: The attempt this pass found (before any advance), once the RayJob is known to be
         #: this job's: its cluster's time goes into status.goodput.
         self.accounted_attempt: int | None = None
+        #: Event messages of the checkpoints a resume passed over, new since the last pass.
+        self.rejections: list[str] = []
 
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.conds[type_] = Desired(status, reason, message)
@@ -85,7 +87,9 @@ class _Builder:
             self._account(phase)
         if observed >= 1:
             self.status["observedGeneration"] = observed
-        return Plan(self.status, self.actions, transitions, self.recheck, self.failure)
+        return Plan(
+            self.status, self.actions, transitions, self.recheck, self.failure, self.rejections
+        )
 
     def _account(self, phase: str) -> None:
         obs = self.obs

@@ -122,6 +122,9 @@ class Plan:
     #: Why the current attempt failed, when this pass found it failed (one Event and one count
     #: of raytrain_attempt_failures_total each), else None.
     attempt_failure: triage.Triage | None = None
+    #: The new entries of status.checkpoint.rejected, one Event message each (reason
+    #: CheckpointRejected, a Warning), oldest first.
+    checkpoint_rejections: list[str] = field(default_factory=list)
 
     @property
     def phase(self) -> str:

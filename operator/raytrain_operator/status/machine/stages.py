@@ -16,6 +16,7 @@ from raytrain_contract.timefmt import parse_rfc3339
 from raytrain_operator.builders.names import rayjob_name
 from raytrain_operator.status import conditions as c
 from raytrain_operator.status import triage
+from raytrain_operator.status.machine import rejections
 from raytrain_operator.status.machine.failures import (
     _attempt_failed,
     _deadline_exceeded,
@@ -80,6 +81,23 @@ def _begin(b: _Builder) -> _Pass:
 
 
 # ------------------------------------------------------------------------ the job as a whole
+
+
+def _rejected_checkpoints(b: _Builder, p: _Pass) -> Plan | None:
+    """Decides nothing: each checkpoint the runtime's resume check passed over since the last
+    pass becomes an Event, and status.announcedRejection the newest of them
+    (machine/rejections.py).
+
+    First: every pass announces them, whatever it decides, the one that finds the attempt failed
+    (no checkpoint could be used) or the job finished among them.
+    """
+    st = b.obs.status
+    fresh = rejections.new_entries(st)
+    if fresh:
+        checkpoint = st.get("checkpoint") or {}
+        b.rejections.extend(rejections.message(e, checkpoint) for e in fresh)
+        b.status[rejections.ANNOUNCED] = rejections.marker(fresh[-1])
+    return None
 
 
 def _finished_job(b: _Builder, p: _Pass) -> Plan | None:
@@ -448,6 +466,7 @@ def _cluster_starting(b: _Builder, p: _Pass) -> Plan:
 
 #: The stages of a pass, in order: the first that returns a Plan decides the pass.
 STAGES: tuple[Stage, ...] = (
+    _rejected_checkpoints,
     _finished_job,
     _invalid_spec,
     _name_conflict,
