@@ -230,3 +230,4 @@ cluster-down:
 
 bench:
 	bash benchmarks/run.sh
+	$(PYTHON) benchmarks/checkpoint_manifest.py
