@@ -42,6 +42,9 @@ MANIFEST_NAME = "manifest.json"
 PART_PREFIX = "part-"
 REJECTED_NAME = "rejected.json"
 MANIFEST_FORMAT = 1
+#: How the runtime's message begins when a resume finds no checkpoint it can use: the operator
+#: knows by it that the failure is the same on every attempt (no retry).
+NO_CHECKPOINT = "no checkpoint to resume from:"
 #: Ray Train's checkpoint directories inside a run's directory start with this.
 CHECKPOINT_PREFIX = "checkpoint_"
 
@@ -321,7 +324,8 @@ def newest_good(
 def none_usable_message(rejected: list[Verdict], uri: Callable[[str], str]) -> str:
     listed = "; ".join(f"{uri(v.checkpoint)}: {v.reason()}" for v in rejected)
     return (
-        f"none of the run's {len(rejected)} checkpoint(s) can be resumed from ({listed}). "
+        f"{NO_CHECKPOINT} none of the run's {len(rejected)} checkpoint(s) passes its check "
+        f"({listed}). "
         "Nothing was deleted. To go on, set spec.resumeFrom to a checkpoint you trust, or "
         "start the run over under a new spec.runName"
     )

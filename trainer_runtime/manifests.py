@@ -158,6 +158,30 @@ def install_part_writer() -> None:
     TrainContext._upload_checkpoint = upload_with_part  # type: ignore[method-assign]
 
 
+def install_rejection_guard() -> None:
+    """On Ray Train's controller: a checkpoint marked rejected is never deleted.
+
+    Ray Train's retention (``numToKeep``) deletes the checkpoints that fall out of its list. A
+    checkpoint a worker found corrupted is still in that list until the next attempt's driver
+    drops it from the snapshot, so the retention could delete it; the mark keeps it. Wraps
+    the ``delete_fs_path`` Ray Train's checkpoint manager calls (once per process).
+    """
+    from ray.train.v2._internal.execution.checkpoint import checkpoint_manager
+
+    original = checkpoint_manager.delete_fs_path
+    if getattr(original, "_raytrain_guard", False):
+        return
+
+    def delete_unless_rejected(fs: pafs.FileSystem, fs_path: str) -> None:
+        if PyArrowStore(fs).read(ck.meta_path(fs_path, ck.REJECTED_NAME)) is not None:
+            log.warning("checkpoint %s is marked rejected: kept, not deleted by numToKeep", fs_path)
+            return
+        original(fs=fs, fs_path=fs_path)
+
+    delete_unless_rejected._raytrain_guard = True  # type: ignore[attr-defined]
+    checkpoint_manager.delete_fs_path = delete_unless_rejected
+
+
 def finish_manifest(
     filesystem: pafs.FileSystem,
     checkpoint_path: str,
@@ -435,6 +459,11 @@ def fetch_verified(
                 return index, Fetched(local, uri(path), rejected)
             shutil.rmtree(local, ignore_errors=True)
         found = rejection(verdict, uri, attempt)
+        if verdict.problem == "rejected":
+            # Marked by another rank of this attempt a moment ago: the same finding, say it so.
+            mark = ck.read_rejection(store, path) or {}
+            if mark.get("attempt") == attempt and mark.get("problem"):
+                found.problem, found.reason = str(mark["problem"]), str(mark.get("reason"))
         rejected.append(found)
         log.warning("checkpoint %s cannot be resumed from: %s", found.uri, found.reason)
         if verdict.problem != "rejected":
@@ -576,7 +605,8 @@ def _run_seed(
                 context.checkpoint = Checkpoint(local)
                 return run()
         raise NoUsableCheckpoint(
-            f"spec.resumeFrom: the checkpoint {seed} fails its check: {verdict.reason()}. "
+            f"{ck.NO_CHECKPOINT} spec.resumeFrom names {seed}, which fails its check: "
+            f"{verdict.reason()}. "
             "Nothing was deleted. Name another checkpoint in spec.resumeFrom (a TrainJob's "
             "status.checkpoint.latestURI, or one `raytrain checkpoints NAME` lists as ok)"
         )

@@ -116,6 +116,13 @@ def _make_error_bridge(queue: Any) -> Any | None:
         return None
 
     class WorkerErrorBridge(WorkerGroupCallback):  # type: ignore[misc]
+        def before_worker_group_start(self, worker_group_context: Any) -> None:
+            # Runs in the controller, before any checkpoint of this group is registered.
+            try:
+                manifests.install_rejection_guard()
+            except Exception:
+                log.exception("could not guard rejected checkpoints from numToKeep's retention")
+
         def after_worker_group_poll_status(self, worker_group_status: Any) -> None:
             try:
                 statuses = worker_group_status.worker_statuses.items()

@@ -132,6 +132,7 @@ def test_the_newest_good_checkpoint_is_found_and_those_before_it_named(tmp_path:
     assert f"s3://b/{Path(new).name}: no manifest" in message
     assert f"s3://b/{Path(mid).name}: file model.pt is missing" in message
     assert "Nothing was deleted" in message and "spec.resumeFrom" in message
+    assert message.startswith(ck.NO_CHECKPOINT)
 
 
 def reporter(status: dict[str, Any] | None = None) -> tuple[Reporter, RecordingTransport]:
