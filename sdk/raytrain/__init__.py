@@ -13,6 +13,7 @@ docs/sdk.md has the whole tour. It needs only the `kubernetes` client, never Ray
 __version__ = "0.1.0"
 
 from raytrain._dashboard import DashboardSession, DashboardTarget
+from raytrain.checkpoints import CheckpointReport, StoredCheckpoint
 from raytrain.client import TrainJobClient
 from raytrain.errors import (
     ClusterUnreachableError,
@@ -27,12 +28,15 @@ from raytrain.errors import (
     LogsUnavailableError,
     NamespaceNotFoundError,
     RayTrainError,
+    StorageAccessError,
+    StorageNotReadableError,
     WaitTimeoutError,
 )
 from raytrain.models import Checkpoints, Condition, Event, TrainJob
 
 __all__ = [
     "CRDNotInstalledError",
+    "CheckpointReport",
     "Checkpoints",
     "ClusterUnreachableError",
     "Condition",
@@ -49,6 +53,9 @@ __all__ = [
     "LogsUnavailableError",
     "NamespaceNotFoundError",
     "RayTrainError",
+    "StorageAccessError",
+    "StorageNotReadableError",
+    "StoredCheckpoint",
     "TrainJob",
     "TrainJobClient",
     "WaitTimeoutError",

@@ -211,20 +211,29 @@ def s3_target(
     return S3Target(chosen, s3.get("region"), credentials)
 
 
-def upload_s3(snapshot: Snapshot, uri: str, target: S3Target) -> bool:
-    """Store the archive at ``uri``; False when an archive of that hash is there already."""
+def s3_client(target: S3Target, *, connect_timeout: float | None = None) -> Any:
+    """A boto3 S3 client for ``target`` (path-style addressing, as MinIO and most S3-compatible
+    stores want), from a session of its own: the credentials of the environment as it is now,
+    not as boto3's default session first found them."""
     import boto3
     from botocore.config import Config
-    from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, key = _split_s3(uri)
-    client = boto3.client(
+    timeouts = {} if connect_timeout is None else {"connect_timeout": connect_timeout}
+    return boto3.session.Session().client(
         "s3",
         endpoint_url=target.endpoint,
         region_name=target.region or os.environ.get("AWS_REGION") or "us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}),
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}, **timeouts),
         **target.credentials,
     )
+
+
+def upload_s3(snapshot: Snapshot, uri: str, target: S3Target) -> bool:
+    """Store the archive at ``uri``; False when an archive of that hash is there already."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, key = _split_s3(uri)
+    client = s3_client(target)
     where = f"{uri} (endpoint {target.endpoint or 'AWS'})"
     try:
         head = client.head_object(Bucket=bucket, Key=key)

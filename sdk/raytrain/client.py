@@ -2,9 +2,10 @@
 
 The method names are Kubeflow TrainerClient's (`train`, `list_jobs`, `get_job`,
 `get_job_logs`, `get_job_events`, `wait_for_job_status`, `delete_job`), plus what a
-TrainJob can do that a Kubeflow one cannot: `suspend_job`, `resume_job`, `get_checkpoints`
-and a port-forward to the Ray dashboard. Every call goes to the Kubernetes API with the
-`kubernetes` client; nothing here imports Ray or torch.
+TrainJob can do that a Kubeflow one cannot: `suspend_job`, `resume_job`, `get_checkpoints`,
+`list_checkpoints` and a port-forward to the Ray dashboard. Every call goes to the Kubernetes
+API with the `kubernetes` client, and `list_checkpoints` reads the job's S3 storage with boto3;
+nothing here imports Ray or torch.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from raytrain import _manifest, driverlog, models, reader
 from raytrain._connection import Connection, api_message, connect, not_found_details
 from raytrain._dashboard import DashboardSession, DashboardTarget
+from raytrain.checkpoints import CheckpointReport
 from raytrain.errors import (
     ClusterUnreachableError,
     CRDNotInstalledError,
@@ -37,6 +39,8 @@ from raytrain.errors import (
     LogsUnavailableError,
     NamespaceNotFoundError,
     RayTrainError,
+    StorageAccessError,
+    StorageNotReadableError,
     WaitTimeoutError,
 )
 from raytrain.models import Checkpoints, Event, TrainJob
@@ -222,21 +226,8 @@ class TrainJobClient:
             else:
                 snapshot = _code.pack(code)
         storage = self._effective_spec(spec, namespace).get("storage") or {}
-
-        def secret(secret_name: str) -> Mapping[str, Any] | None:
-            for doc in others:
-                meta = doc.get("metadata") or {}
-                if doc.get("kind") == "Secret" and meta.get("name") == secret_name:
-                    return doc
-            try:
-                found = self._core.read_namespaced_secret(secret_name, namespace)
-            except ApiException:
-                return None
-            data: Mapping[str, Any] = self._api_client.sanitize_for_serialization(found)
-            return data
-
         _code.attach(manifest, snapshot, storage=storage, endpoint=s3_endpoint,
-                     secret_lookup=secret)  # fmt: skip
+                     secret_lookup=self._secret_lookup(namespace, others))  # fmt: skip
 
     def _effective_spec(self, spec: Mapping[str, Any], namespace: str) -> dict[str, Any]:
         """``spec`` merged over the template it names, read from the cluster."""
@@ -432,6 +423,127 @@ class TrainJobClient:
     def get_checkpoints(self, name: str, *, namespace: str | None = None) -> Checkpoints:
         """The latest and best checkpoint URIs the runtime reported (status.checkpoint)."""
         return self.get_job(name, namespace=namespace).checkpoints
+
+    def list_checkpoints(
+        self,
+        name: str,
+        *,
+        namespace: str | None = None,
+        verify: bool = False,
+        s3_endpoint: str | None = None,
+    ) -> CheckpointReport:
+        """Every checkpoint of the job's run in its storage, newest first, each checked against
+        its manifest: its files there with their sizes (a listing, nothing read), or with
+        `verify` every file read whole and its CRC32C compared.
+
+        Read from this machine with boto3: its AWS credentials (environment, profile), else the
+        job's credentials Secret; `s3_endpoint` when the job's endpoint is reachable only from
+        pods (default: $AWS_ENDPOINT_URL, else spec.storage.s3.endpoint). `StorageAccessError`
+        says what to set when the bucket cannot be read; `StorageNotReadableError` when the
+        storage is a PVC, which only pods mount.
+        """
+        from raytrain import _code
+        from raytrain._s3store import S3Store
+        from raytrain.checkpoints import check_run
+        from raytrain_contract.pods import run_name
+
+        ns = self._ns(namespace)
+        obj = self._get(name, ns)
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        storage = templates.effective_value(spec, status, "storage") or {}
+        meta = obj.get("metadata") or {}
+        run = status.get("runName") or run_name(name, str(meta.get("uid") or ""))
+        if storage.get("pvc"):
+            raise StorageNotReadableError(self._pvc_message(name, ns, storage["pvc"], run, status))
+        s3 = storage.get("s3")
+        if not s3 or not s3.get("uri"):
+            raise InvalidJobError(
+                f"TrainJob {ns}/{name} has no spec.storage (nor a template's): it keeps no "
+                "checkpoints"
+            )
+        try:
+            target = _code.s3_target(
+                s3, endpoint=s3_endpoint, secret_lookup=self._secret_lookup(ns)
+            )
+        except Exception as exc:  # botocore's ProfileNotFound, a bad ~/.aws/config
+            from botocore.exceptions import BotoCoreError
+
+            if not isinstance(exc, BotoCoreError):
+                raise
+            raise StorageAccessError(
+                f"reading this machine's AWS configuration failed: {exc}; fix AWS_PROFILE or "
+                "~/.aws/config, or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+            ) from None
+        secret = (s3.get("credentialsSecret") or {}).get("name")
+        where = (
+            f"the job's Secret {ns}/{secret} (spec.storage.s3.credentialsSecret), used because "
+            "this machine has no AWS credentials"
+            if target.credentials
+            else "this machine's AWS credentials (AWS_* variables, AWS_PROFILE or ~/.aws)"
+        )
+        store = S3Store(target, credentials_from=where)
+        checkpoint = templates.effective_value(spec, status, "checkpoint") or {}
+        return check_run(
+            store,
+            f"{str(s3['uri']).rstrip('/')}/{run}",
+            job=name,
+            namespace=ns,
+            checksums=verify,
+            status=status.get("checkpoint") or {},
+            reported=Checkpoints.from_object(obj),
+            score_attribute=checkpoint.get("scoreAttribute"),
+        )
+
+    def _secret_lookup(
+        self, namespace: str, others: Iterable[Mapping[str, Any]] = ()
+    ) -> Callable[[str], Mapping[str, Any] | None]:
+        """A Secret of ``others`` (the objects of the user's file), else read from the
+        cluster; None when neither has it (or the account may not read it)."""
+
+        docs = list(others)
+
+        def secret(secret_name: str) -> Mapping[str, Any] | None:
+            for doc in docs:
+                meta = doc.get("metadata") or {}
+                if doc.get("kind") == "Secret" and meta.get("name") == secret_name:
+                    return doc
+            try:
+                found = self._core.read_namespaced_secret(secret_name, namespace)
+            except ApiException:
+                return None
+            data: Mapping[str, Any] = self._api_client.sanitize_for_serialization(found)
+            return data
+
+        return secret
+
+    @staticmethod
+    def _pvc_message(
+        name: str, ns: str, pvc: Mapping[str, Any], run: str, status: Mapping[str, Any]
+    ) -> str:
+        mount = str(pvc.get("mountPath") or "/").rstrip("/") or ""
+        if pvc.get("subPath"):
+            mount = f"{mount}/{str(pvc['subPath']).strip('/')}"
+        run_dir = f"{mount}/{run}"
+        cluster = status.get("rayClusterName")
+        head = (
+            f"$(kubectl get pod -n {ns} -l ray.io/cluster={cluster},ray.io/node-type=head -o name)"
+            if cluster
+            else "<the job's head pod>"
+        )
+        check = (
+            "from raytrain_contract import checkpoints as c; s = c.local_store(); "
+            "[print(v.name, v.reason()) for v in (c.verify(s, d, checksums=True) "
+            f'for d in c.checkpoint_dirs(s, "{run_dir}"))]'
+        )
+        return (
+            f"TrainJob {ns}/{name} keeps its checkpoints on PVC {pvc.get('claimName')!r} "
+            "(spec.storage.pvc), which only pods mount: this machine cannot list or check them. "
+            "What the runtime reported is in the job's status (status.checkpoint: latestURI, "
+            f"bestURI, and after a resume resumedFrom and rejected; `raytrain get {name} -o "
+            "yaml`). To check the files, run the check where the claim is mounted, e.g. in the "
+            f"head pod while the job runs: kubectl exec -n {ns} -c ray-head {head} -- python -c "
+            f"'{check}'"
+        )
 
     # ------------------------------------------------------------------ change
 

@@ -72,3 +72,12 @@ class WaitTimeoutError(RayTrainError, TimeoutError):
     def __init__(self, message: str, job: TrainJob | None) -> None:
         super().__init__(message)
         self.job = job
+
+
+class StorageAccessError(RayTrainError):
+    """This machine cannot read the job's storage: no credentials, access refused, an endpoint
+    it cannot reach, no such bucket (the message says which, and what to set)."""
+
+
+class StorageNotReadableError(StorageAccessError):
+    """The job's storage is a PVC, which only pods can mount: this machine cannot read it."""

@@ -74,6 +74,10 @@ class Checkpoints:
     """Checkpoints reported in this run."""
     storage: str | None = None
     """Where the run stores them: spec.storage.s3.uri, or `pvc/<claim>`."""
+    resumed_from: str | None = None
+    """The checkpoint the current attempt resumed from, once verified against its manifest."""
+    rejected: tuple[Mapping[str, Any], ...] = ()
+    """Checkpoints a resume passed over (uri, problem, reason, attempt, time), newest last."""
 
     @property
     def uris(self) -> list[str]:
@@ -104,6 +108,8 @@ class Checkpoints:
             best_metric=_str(ckpt.get("bestMetric")),
             count=_int(ckpt.get("count")),
             storage=where,
+            resumed_from=_str(ckpt.get("resumedFrom")),
+            rejected=tuple(dict(r) for r in ckpt.get("rejected") or [] if isinstance(r, Mapping)),
         )
 
 

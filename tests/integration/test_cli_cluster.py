@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _ports import free_port
 from conftest import KubeCluster
 from test_sdk import RUNNING, condition, crds, kubeconfig, set_status, spec_of  # noqa: F401 - fixtures, used by name
 
@@ -59,8 +60,11 @@ def test_submit_list_get_checkpoints_events_delete(
     assert "Status:      Running" in detail
     uris = ok(run(kube_cluster, kubeconfig, "checkpoints", "digits", "-o", "uri")).splitlines()
     assert uris == [LONG, RUNNING["checkpoint"]["bestURI"]]  # type: ignore[index]
-    text = ok(run(kube_cluster, kubeconfig, "checkpoints", "digits"))
-    assert f"Latest:   {LONG}\n" in text and "Score:    0.92" in text
+    # the listing reads the bucket: here through an endpoint nothing listens on
+    closed = f"http://127.0.0.1:{free_port()}"
+    listing = run(kube_cluster, kubeconfig, "checkpoints", "digits", "--s3-endpoint", closed)
+    assert listing.returncode == 1 and "Traceback" not in listing.stderr
+    assert f"cannot reach the S3 endpoint {closed}" in " ".join(listing.stderr.split())
 
     event = {
         "apiVersion": "v1",

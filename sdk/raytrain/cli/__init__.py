@@ -10,6 +10,7 @@
     raytrain logs digits --attempt 0 --worker 1    # a failed worker's error, stored
     raytrain events digits                         # what happened to it and its pods
     raytrain suspend digits / resume digits        # checkpoint and free the cluster, and back
+    raytrain checkpoints digits --verify           # every checkpoint in storage, checksums read
     raytrain checkpoints digits -o uri             # the latest and best checkpoint URIs
     raytrain session digits                        # the Ray dashboard on localhost:8265
     raytrain delete digits
@@ -212,9 +213,32 @@ def build_parser(prog: str = "raytrain") -> argparse.ArgumentParser:
     _add_output(events, ("text", "json"))
 
     ckpt = sub.add_parser(
-        "checkpoints", help="the latest and best checkpoint URIs (-o uri: one URI a line)"
+        "checkpoints",
+        help="the run's checkpoints in storage, each checked against its manifest",
+        description="List the checkpoints of the TrainJob's run in its S3 storage, newest "
+        "first: time, epoch, metrics, files, size, and whether each can be resumed from. "
+        "Without --verify each is checked by a listing: every file of its manifest there with "
+        "its size (nothing is read). The status's latest, best and resumed-from are marked. "
+        "The bucket is read from this machine: its AWS credentials (AWS_ACCESS_KEY_ID/"
+        "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws), else the job's credentials Secret. "
+        "Exit 0: the newest usable checkpoint passed and none failed; 1: an error (the job, "
+        "the bucket, credentials); 2: the storage is a PVC, which this machine cannot read; "
+        "3: a checkpoint failed its check (a missing file, a size, a checksum); 4: no "
+        "checkpoint is usable. -o uri prints the status's latest and best URIs only, without "
+        "reading storage.",
     )
     ckpt.add_argument("name")
+    ckpt.add_argument(
+        "--verify",
+        action="store_true",
+        help="also read every byte of every checkpoint and compare each file's CRC32C with the "
+        "manifest: the run's checkpoints are all downloaded once, which takes as long as that",
+    )
+    ckpt.add_argument(
+        "--s3-endpoint",
+        help="S3 endpoint this machine reads the bucket through (default: $AWS_ENDPOINT_URL, "
+        "else the TrainJob's spec.storage.s3.endpoint); for an endpoint only pods can reach",
+    )
     _add_namespace(ckpt)
     _add_output(ckpt, ("text", "json", "uri"))
 

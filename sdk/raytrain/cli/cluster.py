@@ -18,8 +18,15 @@ from rich.console import Console
 from rich.text import Text
 
 from raytrain import RayTrainError, TrainJobClient
+from raytrain.checkpoints import (
+    EXIT_FAILED,
+    EXIT_NONE_USABLE,
+    EXIT_NOT_READABLE,
+    CheckpointReport,
+    StoredCheckpoint,
+)
 from raytrain.cli import render
-from raytrain.errors import JobFailedError, WaitTimeoutError
+from raytrain.errors import JobFailedError, StorageNotReadableError, WaitTimeoutError
 from raytrain.models import Checkpoints, Event, TrainJob
 
 console = Console()
@@ -297,22 +304,157 @@ def checkpoint_lines(name: str, ckpt: Checkpoints) -> list[str]:
             lines.append(f"Score:    {ckpt.best_metric}")
     if ckpt.count is not None:
         lines.append(f"Count:    {ckpt.count} reported in this run")
+    if ckpt.resumed_from:
+        lines.append(f"Resumed:  {ckpt.resumed_from}")
+    for rejected in ckpt.rejected:
+        lines.append(f"Rejected: {rejected.get('uri')}: {rejected.get('reason') or '-'}")
     return lines
+
+
+_FAILED_LABELS = {"missing": "missing file", "size": "wrong size", "checksum": "checksum mismatch"}
+
+
+def checkpoint_state(one: StoredCheckpoint) -> str:
+    """`ok (sizes)`, `verified`, or what is wrong with it."""
+    if one.state == "ok":
+        return "ok (sizes)"
+    if one.state == "verified":
+        return "verified"
+    label = _FAILED_LABELS.get(one.state)
+    return f"{label}: {one.detail}" if label else one.detail
+
+
+def _metrics_cell(one: StoredCheckpoint, first: str | None) -> str:
+    """A metric or two: the job's score attribute first, then the first other number."""
+    names = [n for n in (first,) if n and n in one.metrics]
+    names += [
+        n for n, v in one.metrics.items()
+        if n not in names and isinstance(v, int | float) and not isinstance(v, bool)
+    ][: 2 - len(names)]  # fmt: skip
+    cells = []
+    for n in names:
+        v = one.metrics[n]
+        cells.append(f"{n}={v:.4g}" if isinstance(v, float) else f"{n}={v}")
+    return " ".join(cells) or "-"
+
+
+def _bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def stored_checkpoint_lines(report: CheckpointReport) -> list[str]:
+    """The run's checkpoints as a table, newest first, and what the check came to."""
+    lines = [f"TrainJob {report.namespace}/{report.job}, run {report.run}"]
+    if not report.checkpoints:
+        lines.append("No checkpoint in storage yet.")
+    else:
+        rows = [
+            (
+                c.name,
+                c.time.strftime("%Y-%m-%d %H:%M:%S") if c.time else "-",
+                str(c.epoch) if c.epoch is not None else "-",
+                _metrics_cell(c, report.score_attribute),
+                str(c.files),
+                _bytes(c.size),
+                ",".join(c.marks) or "-",
+                checkpoint_state(c),
+            )
+            for c in report.checkpoints
+        ]
+        header = ("CHECKPOINT", "TIME (UTC)", "EPOCH", "METRICS", "FILES", "SIZE", "IN STATUS",
+                  "STATE")  # fmt: skip
+        lines += render.columns([header, *rows])
+    for field_name, uri in report.not_in_storage.items():
+        lines.append(f"status.checkpoint.{field_name} {uri} is not in storage.")
+    if report.checksums:
+        lines.append(f"Verified: read {_bytes(report.bytes_read)}, every file's CRC32C compared.")
+    elif report.checkpoints:
+        lines.append("Checked by listing: files and sizes only (--verify reads every byte).")
+    return lines
+
+
+def _report_json(report: CheckpointReport) -> dict[str, Any]:
+    status = report.status
+    return {
+        "name": report.job,
+        "namespace": report.namespace,
+        "storage": status.storage,
+        "run": report.run,
+        "latest_uri": status.latest_uri,
+        "best_uri": status.best_uri,
+        "best_metric": status.best_metric,
+        "count": status.count,
+        "resumed_from": status.resumed_from,
+        "rejected": list(status.rejected),
+        "checksums": report.checksums,
+        "bytes_read": report.bytes_read,
+        "checkpoints": [
+            {
+                "name": c.name,
+                "uri": c.uri,
+                "state": c.state,
+                "usable": c.usable,
+                "detail": c.detail,
+                "time": c.time.isoformat() if c.time else None,
+                "epoch": c.epoch,
+                "metrics": dict(c.metrics),
+                "files": c.files,
+                "bytes": c.size,
+                "attempt": c.attempt,
+                "latest": c.latest,
+                "best": c.best,
+                "resumed_from": c.resumed_from,
+                "rejection": dict(c.rejection) if c.rejection is not None else None,
+            }
+            for c in report.checkpoints
+        ],
+        "not_in_storage": dict(report.not_in_storage),
+        "exit_code": report.exit_code,
+    }
 
 
 @_guard
 def checkpoints(args: argparse.Namespace) -> int:
-    """The latest and best checkpoint URIs the runtime reported."""
-    ckpt = _client(args).get_checkpoints(args.name)
-    if args.output == "json":
-        print(_json(ckpt))
-    elif args.output == "uri":
-        for uri in ckpt.uris:
+    """The run's checkpoints in storage, each checked against its manifest (-o uri: only the
+    latest and best URIs the runtime reported, storage not read)."""
+    sdk = _client(args)
+    if args.output == "uri":
+        if args.verify:
+            raise CLIError("--verify reads storage and -o uri does not: use -o json or text")
+        for uri in sdk.get_checkpoints(args.name).uris:
             print(uri)
+        return 0
+    try:
+        report = sdk.list_checkpoints(args.name, verify=args.verify, s3_endpoint=args.s3_endpoint)
+    except StorageNotReadableError as exc:
+        status = sdk.get_checkpoints(args.name)
+        if args.output == "json":
+            print(_json({**dataclasses.asdict(status), "error": str(exc)}))
+        else:
+            for line in checkpoint_lines(args.name, status):
+                _say(line)
+        _fail(str(exc))
+        return EXIT_NOT_READABLE
+    if args.output == "json":
+        print(json.dumps(_report_json(report), indent=2))
     else:
-        for line in checkpoint_lines(args.name, ckpt):
+        for line in stored_checkpoint_lines(report):
             _say(line)
-    return 0
+    code = report.exit_code
+    if code == EXIT_FAILED:
+        names = ", ".join(f"{c.name} ({c.state})" for c in report.failed)
+        _fail(f"{len(report.failed)} checkpoint(s) failed the check: {names}; exit {code}")
+    elif code == EXIT_NONE_USABLE:
+        _fail(
+            f"no checkpoint of run {report.run} can be resumed from "
+            f"({len(report.checkpoints)} in storage); exit {code}"
+        )
+    return code
 
 
 @_guard
