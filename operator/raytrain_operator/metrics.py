@@ -74,7 +74,8 @@ WAKE_CONFLICTS = Counter(
 ATTEMPT_FAILURES = Counter(
     "raytrain_attempt_failures_total",
     "Failed attempts of a TrainJob, by their class (OOMKilled, ImagePullFailed, Unschedulable, "
-    "NodeLost, UserException, CollectiveTimeout, Unknown; docs/failures.md).",
+    "NodeLost, UserException, CollectiveTimeout, CheckpointUnusable, Unknown; "
+    "docs/failures.md).",
     ["namespace", "trainjob", "reason"],
 )
 RAYJOB_CREATION_SECONDS = Histogram(

@@ -9,7 +9,7 @@ import pytest
 from _factories import manifest, meta
 from pydantic import ValidationError
 from test_status_machine import NOW, cond, rayjob, run, status_after
-from test_triage import USER_TRACEBACK, container, pod
+from test_triage import NO_CHECKPOINT_DRIVER, USER_TRACEBACK, container, pod
 from test_triage_machine import OOM_POD, failed_report
 
 from raytrain_contract.api.v1alpha1 import FAILURE_CLASSES, TrainJob
@@ -74,6 +74,27 @@ def test_a_user_exception_retried_by_policy_spends_the_backoff_limit() -> None:
     failed = cond(p2, "Failed")
     assert p2.phase == "Failed" and failed is not None
     assert failed["reason"] == "BackoffLimitExceeded" and "(UserException:" in failed["message"]
+
+
+def test_no_policy_retries_a_run_without_a_checkpoint_to_resume_from() -> None:
+    job = tj(
+        backoffLimit=2,
+        retryPolicy={
+            "classes": {"CheckpointUnusable": True, "Unknown": True, "UserException": True},
+            "exitCodes": [{"code": 2, "retry": True}],  # the driver exits 2
+        },
+    )
+    assert m.retry_policy(job)["classes"]["CheckpointUnusable"] is True  # accepted as a key
+    p = run(job, failed_report(NO_CHECKPOINT_DRIVER), rayjob(deployment="Running"))
+    failed = cond(p, "Failed")
+    assert p.phase == "Failed" and p.status["attempt"] == 0 and p.status["restarts"] == 0
+    assert failed is not None and failed["reason"] == "CheckpointUnusable"
+    assert "spec.retryPolicy cannot change that" in failed["message"]
+    assert "set spec.retryPolicy.classes.CheckpointUnusable: true" not in failed["message"]
+    # By default it is not retried either.
+    p = run(tj(backoffLimit=2), failed_report(NO_CHECKPOINT_DRIVER), rayjob(deployment="Running"))
+    failed = cond(p, "Failed")
+    assert p.phase == "Failed" and failed is not None and failed["reason"] == "CheckpointUnusable"
 
 
 def test_the_no_retry_message_says_how_to_retry_the_class() -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from raytrain_contract import checkpoints as ck
 from raytrain_operator.status.triage import (
     DEFAULT_POLICY,
     Evidence,
@@ -17,6 +18,7 @@ from raytrain_operator.status.triage import (
     replica_failure_events,
     retry_decision,
 )
+from trainer_runtime import failure
 
 RAYJOB_FAILED = {
     "jobDeploymentStatus": "Failed",
@@ -385,3 +387,129 @@ def test_an_exception_with_the_words_of_a_passing_fault_is_not_the_users() -> No
     assert classify_(report={"phase": "Failed", "message": s3}).reason == "Unknown"
     missing = "FileNotFoundError: [Errno 2] No such file or directory: '/data/train.csv'"
     assert classify_(report={"phase": "Failed", "message": missing}).reason == "UserException"
+
+
+# ------------------------------------------------------------ no checkpoint to resume from
+
+#: The driver's report when none of the run's checkpoints passes its check, in the contract's
+#: own words (what trainer_runtime.manifests.check_run reports, then exits 2).
+NO_CHECKPOINT_DRIVER = ck.none_usable_message(
+    [
+        ck.Verdict("s3://b/r/checkpoint_x", detail="file state.pt is missing"),
+        ck.Verdict("s3://b/r/checkpoint_w", detail="file state.pt is 100 bytes, manifest: 9"),
+    ],
+    lambda uri: uri,
+)
+#: A worker's words when the checkpoint spec.resumeFrom names fails its check.
+RESUME_FROM_FAILS = (
+    f"{ck.NO_CHECKPOINT} spec.resumeFrom names s3://b/old/checkpoint_1, which fails its check: "
+    "file model.pt is missing. Nothing was deleted. Name another checkpoint in spec.resumeFrom"
+)
+
+
+class NoUsableCheckpoint(RuntimeError):
+    """Stands in for trainer_runtime.manifests' (which imports Ray): the same name as the
+    runtime's failure message prints it."""
+
+
+NoUsableCheckpoint.__module__ = "trainer_runtime.manifests"
+
+
+def _worker_failure(message: str) -> str:
+    """The runtime's message for a run whose worker 0 raised NoUsableCheckpoint: the headline,
+    then the end of the traceback (trainer_runtime.failure, as for any worker's exception)."""
+    try:
+        raise NoUsableCheckpoint(message)
+    except NoUsableCheckpoint as exc:
+        raised = exc
+
+    class WorkerGroupError(Exception):
+        worker_failures = {0: raised}
+
+    return failure.format_failure(WorkerGroupError("worker group failed"))
+
+
+def test_the_drivers_no_checkpoint_is_checkpoint_unusable_and_never_retried() -> None:
+    assert NO_CHECKPOINT_DRIVER.startswith(ck.NO_CHECKPOINT)
+    t = classify_(report={"phase": "Failed", "message": NO_CHECKPOINT_DRIVER})
+    assert t.failure_class is FailureClass.CHECKPOINT_UNUSABLE and t.reason == "CheckpointUnusable"
+    assert t.permanent and not t.infrastructure and t.exception is None
+    # Which checkpoints failed and why, in the runtime's words; then how to go on.
+    assert "s3://b/r/checkpoint_x: file state.pt is missing" in t.message
+    assert "s3://b/r/checkpoint_w: file state.pt is 100 bytes, manifest: 9" in t.message
+    assert "none of the run's 2 checkpoint(s) passes its check" in t.message
+    assert "spec.resumeFrom.checkpoint" in t.message and "new run" in t.message
+    assert t.message.count("Nothing was deleted") == 1  # the runtime's advice is not repeated
+    assert DEFAULT_POLICY["classes"]["CheckpointUnusable"] is False
+    everything: RetryPolicy = {
+        "classes": {c.value: True for c in FailureClass},
+        "exitCodes": {2: True},  # the driver's exit code
+    }
+    assert retry_decision(t.failure_class, 2, everything, permanent=t.permanent) is False
+
+
+def test_a_workers_no_usable_checkpoint_is_not_a_user_exception() -> None:
+    text = _worker_failure(RESUME_FROM_FAILS)
+    assert text.startswith(
+        "training failed: worker 0: trainer_runtime.manifests.NoUsableCheckpoint: "
+        "no checkpoint to resume from: spec.resumeFrom names s3://b/old/checkpoint_1"
+    )
+    assert "Traceback (most recent call last):" in text
+    t = classify_(report={"phase": "Failed", "message": text})
+    assert t.reason == "CheckpointUnusable" and t.permanent, t
+    assert "Ray Train worker 0" in t.message
+    assert "s3://b/old/checkpoint_1, which fails its check: file model.pt is missing" in t.message
+    assert "Traceback" not in t.message and "_worker_failure" not in t.message
+
+
+def test_only_that_workers_words_are_quoted() -> None:
+    text = (
+        "training failed: worker 1: trainer_runtime.manifests.NoUsableCheckpoint: "
+        f"{NO_CHECKPOINT_DRIVER}; worker 2: trainer_runtime.manifests.NoUsableCheckpoint: "
+        f"{NO_CHECKPOINT_DRIVER}"
+    )
+    t = classify_(report={"phase": "Failed", "message": text})
+    assert t.reason == "CheckpointUnusable" and "Ray Train worker 1" in t.message
+    assert t.message.count("s3://b/r/checkpoint_x") == 1 and "worker 2" not in t.message
+
+
+def test_a_long_list_of_checkpoints_keeps_the_fix() -> None:
+    verdicts = [ck.Verdict(f"s3://b/r/checkpoint_{i:04d}", detail="no manifest") for i in range(80)]
+    t = classify_(report={"phase": "Failed", "message": ck.none_usable_message(verdicts, str)})
+    assert t.reason == "CheckpointUnusable" and "... (cut)" in t.message
+    assert t.message.endswith("(a new TrainJob gets a new run name)")
+    assert len(t.message) < 3000
+
+
+def test_the_driver_log_kuberay_quotes_is_checkpoint_unusable() -> None:
+    logged = {
+        "jobDeploymentStatus": "Failed",
+        "message": "Job entrypoint command failed with exit code 2, last available logs "
+        "(truncated to 20,000 chars):\n2026-12-03 12:21:07 ERROR trainer_runtime: "
+        + NO_CHECKPOINT_DRIVER,
+    }
+    t = classify_(rayjob_status=logged)
+    assert t.reason == "CheckpointUnusable" and "s3://b/r/checkpoint_x" in t.message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        USER_TRACEBACK,
+        # A loop's own exception about its checkpoint is the loop's: not the runtime's words.
+        "training failed: worker 0: RuntimeError: no checkpoint to resume from\n"
+        "Traceback (most recent call last):\n"
+        '  File "/app/train.py", line 12, in train_loop_per_worker\n'
+        '    raise RuntimeError("no checkpoint to resume from")\n'
+        "RuntimeError: no checkpoint to resume from",
+        "training failed: worker 0: KeyError: 'model_state'\n"
+        "Traceback (most recent call last):\n"
+        '  File "/app/train.py", line 30, in train_loop_per_worker\n'
+        '    model.load_state_dict(torch.load(path)["model_state"])\n'
+        "KeyError: 'model_state'",
+    ],
+    ids=["keyerror", "own-words-without-colon", "checkpoint-load"],
+)
+def test_ordinary_exceptions_stay_user_exceptions(message: str) -> None:
+    t = classify_(report={"phase": "Failed", "message": message})
+    assert t.reason == "UserException" and not t.permanent, t

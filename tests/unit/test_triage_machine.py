@@ -9,7 +9,7 @@ from _factories import manifest, meta
 from _passes import passed
 from prometheus_client import REGISTRY
 from test_status_machine import NOW, cond, rayjob, run, status_after
-from test_triage import GLOO_TIMEOUT, USER_TRACEBACK, container, pod
+from test_triage import GLOO_TIMEOUT, NO_CHECKPOINT_DRIVER, USER_TRACEBACK, container, pod
 
 from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_operator import k8s
@@ -97,6 +97,27 @@ def test_an_invalid_image_is_not_retried() -> None:
     p = run(tj(backoffLimit=2), {"attempt": 0}, rj, attempt_pods=[pod(containers=[bad])])
     assert cond(p, "Failed")["reason"] == "ImagePullFailed"
     assert "fix spec.image" in cond(p, "Failed")["message"]
+
+
+def test_no_checkpoint_to_resume_from_fails_at_once_and_says_how_to_go_on() -> None:
+    st = failed_report(NO_CHECKPOINT_DRIVER)
+    st["checkpoint"] = {"latestURI": "s3://b/r/checkpoint_v"}
+    p = run(tj(backoffLimit=3), st, rayjob(deployment="Running"))
+    assert p.phase == "Failed" and p.status["attempt"] == 0 and p.status["restarts"] == 0
+    failed = cond(p, "Failed")
+    assert failed is not None and failed["reason"] == "CheckpointUnusable"
+    message = failed["message"]
+    assert message.startswith("attempt 0 failed (CheckpointUnusable): no checkpoint to resume")
+    assert "s3://b/r/checkpoint_x: file state.pt is missing" in message
+    assert "spec.resumeFrom.checkpoint naming a checkpoint that passes its check" in message
+    assert "every attempt would meet the same checkpoints" in message
+    assert "3 of spec.backoffLimit 3 retries left unused" in message
+    # Not the usual "continue from its latest checkpoint": that is what just failed.
+    assert "To continue from its latest checkpoint" not in message
+    assert p.attempt_failure is not None and p.attempt_failure.reason == "CheckpointUnusable"
+    event = reconcile.announce_failure(meta(), 0, p.attempt_failure)
+    assert event.reason == "CheckpointUnusable"
+    assert event.message.startswith("attempt 0 failed (workload): no checkpoint to resume")
 
 
 def test_unknown_keeps_the_retries_and_the_words() -> None:

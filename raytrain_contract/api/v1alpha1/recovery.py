@@ -23,6 +23,7 @@ FAILURE_CLASSES = (
     "NodeLost",
     "UserException",
     "CollectiveTimeout",
+    "CheckpointUnusable",
     "Unknown",
 )
 _CLASS_LIST = ", ".join(FAILURE_CLASSES)
@@ -41,7 +42,8 @@ class RetryPolicySpec(Model):
     """Which failed attempts are retried. An attempt that failed is classified (see
     docs/failures.md); its exit code, if spec.retryPolicy.exitCodes names it, decides, else its
     class. A retry is always a new attempt bounded by spec.backoffLimit; an input that fails the
-    same way every time (an invalid image name) is never retried."""
+    same way every time (an invalid image name, a run whose checkpoints all fail their check) is
+    never retried."""
 
     classes: dict[str, bool] | None = Field(
         default=None,
@@ -57,8 +59,10 @@ class RetryPolicySpec(Model):
         },
     )
     """Failure class -> retry. Keys: OOMKilled, ImagePullFailed, Unschedulable, NodeLost,
-    UserException, CollectiveTimeout, Unknown. A class left out keeps its default: OOMKilled and
-    UserException are not retried, every other class is."""
+    UserException, CollectiveTimeout, CheckpointUnusable, Unknown. A class left out keeps its
+    default: OOMKilled, UserException and CheckpointUnusable are not retried, every other class
+    is. CheckpointUnusable is never retried, even when set to true here: every attempt meets the
+    same checkpoints."""
     exit_codes: list[ExitCodeRetry] | None = Field(
         default=None,
         max_length=256,

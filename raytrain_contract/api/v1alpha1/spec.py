@@ -258,9 +258,10 @@ class TrainJobSpec(Model):
     """Cluster-level retries: each is a new Ray cluster that resumes from the latest checkpoint."""
     retry_policy: RetryPolicySpec | None = new_field()
     """Which failed attempts are retried (by failure class and exit code); unset keeps the
-    defaults: an OOMKilled container or an exception in the training code fails the job at once,
-    every other failure is retried while spec.backoffLimit allows. The operator applies a change
-    to the running attempt at once: it is its own decision, not built into the RayJob."""
+    defaults: an OOMKilled container, an exception in the training code or a run with no
+    checkpoint that passes its check fails the job at once, every other failure is retried while
+    spec.backoffLimit allows. The operator applies a change to the running attempt at once: it
+    is its own decision, not built into the RayJob."""
     resume_from: ResumeFromSpec | None = new_field()
     """Start the run from another TrainJob's latest checkpoint or from a checkpoint location,
     instead of from scratch (for example to continue a job that failed or ran out of time).

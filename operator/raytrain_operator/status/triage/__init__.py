@@ -8,7 +8,8 @@ exit code and what to do, and whether the fault is the infrastructure's or the u
 
 Evidence is weighed from the most specific to the least: a container the kernel killed for
 memory, an image that cannot be pulled, a pod that cannot be placed or whose node went away,
-then what the runtime (or KubeRay) said: a collective timeout, a Python exception raised by the
+then what the runtime (or KubeRay) said: a run with no checkpoint that passes its check
+(`CheckpointUnusable`, never retried), a collective timeout, a Python exception raised by the
 user's code, else `Unknown`. `retry_decision` applies a `RetryPolicy` (class -> retry, plus
 exit-code overrides): `DEFAULT_POLICY` merged with the job's `spec.retryPolicy` (`merge_policy`).
 

@@ -17,6 +17,7 @@ class FailureClass(str, Enum):
     NODE_LOST = "NodeLost"
     USER_EXCEPTION = "UserException"
     COLLECTIVE_TIMEOUT = "CollectiveTimeout"
+    CHECKPOINT_UNUSABLE = "CheckpointUnusable"
     UNKNOWN = "Unknown"
 
 
@@ -44,7 +45,8 @@ class Triage:
     pod: str | None = None
     container: str | None = None
     exit_code: int | None = None
-    #: The same input fails the same way (an invalid image name): no retry whatever the policy.
+    #: The same input fails the same way (an invalid image name, a run whose checkpoints all fail
+    #: their check): no retry whatever the policy.
     permanent: bool = False
     #: The exception type a user exception or collective error names, if any.
     exception: str | None = None

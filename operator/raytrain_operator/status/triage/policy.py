@@ -20,7 +20,9 @@ class RetryPolicy(TypedDict):
 
 #: OOMKilled is not retried: the same memory limit and batch fail the same way (the next attempt
 #: resumes from a checkpoint only to be killed again). A user exception is a bug in the training
-#: loop and fails fast. Unknown keeps the retries every failure had before this classification.
+#: loop and fails fast. A run with no checkpoint that passes its check is not retried either, and
+#: whatever spec.retryPolicy says (its Triage is `permanent`): every attempt meets the same
+#: checkpoints. Unknown keeps the retries every failure had before this classification.
 DEFAULT_POLICY: RetryPolicy = {
     "classes": {
         FailureClass.OOM_KILLED.value: False,
@@ -29,6 +31,7 @@ DEFAULT_POLICY: RetryPolicy = {
         FailureClass.NODE_LOST.value: True,
         FailureClass.USER_EXCEPTION.value: False,
         FailureClass.COLLECTIVE_TIMEOUT.value: True,
+        FailureClass.CHECKPOINT_UNUSABLE.value: False,
         FailureClass.UNKNOWN.value: True,
     },
     "exitCodes": {},
@@ -67,9 +70,13 @@ def advice(triage: Triage, retried: bool, policy: RetryPolicy = DEFAULT_POLICY) 
     if retried:
         return ""
     if triage.permanent:
+        same = {
+            FailureClass.CHECKPOINT_UNUSABLE: "every attempt would meet the same checkpoints and "
+            "fail the same way",
+        }.get(triage.failure_class, "the same input fails the same way on every attempt")
         return (
-            " Not retried: the same input fails the same way on every attempt, so "
-            "spec.backoffLimit is not spent on it."
+            f" Not retried: {same}, so spec.backoffLimit is not spent on it (spec.retryPolicy "
+            "cannot change that)."
         )
     code = triage.exit_code
     if code is not None and policy["exitCodes"].get(code) is False:

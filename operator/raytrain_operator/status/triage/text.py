@@ -1,12 +1,14 @@
-"""What a failure's text shows (the runtime's report or the RayJob's status): Ray's memory
-monitor, a collective timeout, a Ray node gone, workers Ray Train could not place, a
-preemption, else an exception raised by the user's code (`_from_text`).
+"""What a failure's text shows (the runtime's report or the RayJob's status): a run with no
+checkpoint to resume from, Ray's memory monitor, a collective timeout, a Ray node gone, workers
+Ray Train could not place, a preemption, else an exception raised by the user's code
+(`_from_text`).
 """
 
 from __future__ import annotations
 
 import re
 
+from raytrain_contract.checkpoints import NO_CHECKPOINT
 from raytrain_operator.status.triage.model import Evidence, FailureClass, Triage
 from raytrain_operator.status.triage.ray_memory import _RAY_MEMORY, _ray_memory
 from raytrain_operator.status.triage.tracebacks import exception_type, last_traceback_lines
@@ -65,6 +67,42 @@ _TRANSIENT = re.compile(
 #: Ray Train's words for a worker group that never got its resources, and for a preemption.
 _RAY_UNPLACED = frozenset({"WorkerGroupStartupTimeoutError", "InsufficientClusterResourcesError"})
 _RAY_PREEMPTED = frozenset({"PreemptionError"})
+#: The next failed worker in the runtime's headline ("training failed: worker 0: ...; worker 1:").
+_NEXT_WORKER = re.compile(r"; worker \d+: ")
+#: The worker that said so, just before its words ("worker 0: ...NoUsableCheckpoint: ").
+_WORKER_SAID = re.compile(r"worker (\d+): (?:[\w.]+: )?$")
+#: Where the runtime's own advice begins after the checkpoints it names: the operator says its
+#: own (a new TrainJob: spec.resumeFrom cannot change once a job has started).
+_RUNTIME_ADVICE = " Nothing was deleted."
+#: The most of the runtime's words kept, so that the fix after them is never cut off.
+CHECKPOINT_QUOTE = 2400
+
+
+def _checkpoint_unusable(text: str, source: str) -> Triage | None:
+    """CheckpointUnusable when the runtime says that no checkpoint of the run (or the one
+    spec.resumeFrom names) passes its check: its words name each checkpoint and what was wrong.
+    Permanent: a retry meets the same checkpoints and fails the same way."""
+    at = text.find(NO_CHECKPOINT)
+    if at < 0:
+        return None
+    rank = _WORKER_SAID.search(text[:at].rsplit("\n", 1)[-1])
+    if rank is not None:
+        source = f"{source}, Ray Train worker {rank.group(1)}"
+    said = text[at + len(NO_CHECKPOINT) :].split("\n", 1)[0]
+    nxt = _NEXT_WORKER.search(said)
+    said = said[: nxt.start()] if nxt else said
+    said = said.split(_RUNTIME_ADVICE, 1)[0].strip().rstrip(".")
+    if len(said) > CHECKPOINT_QUOTE:
+        said = said[:CHECKPOINT_QUOTE] + " ... (cut)"
+    return Triage(
+        FailureClass.CHECKPOINT_UNUSABLE,
+        f"no checkpoint to resume from ({source}: {said or 'no detail'}). Nothing was deleted, "
+        "and the job does not start over on its own. To go on, create a new TrainJob: with "
+        "spec.resumeFrom.checkpoint naming a checkpoint that passes its check, or without "
+        "spec.resumeFrom to start a new run from the beginning (a new TrainJob gets a new run "
+        "name)",
+        permanent=True,
+    )
 
 
 def _from_text(
@@ -79,6 +117,9 @@ def _from_text(
     (its pods, both texts, the memory settings) tells where Ray's memory monitor killed."""
     if not text.strip():
         return None
+    found = _checkpoint_unusable(text, source)
+    if found is not None:
+        return found
     if _RAY_MEMORY.search(text):
         return _ray_memory(text, source, evidence or Evidence(rayjob_status={}))
     exc = exception_type(text)
