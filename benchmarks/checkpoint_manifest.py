@@ -12,8 +12,8 @@ Save, per round, one rank:
 
 * baseline: Ray Train's persist step, ``create_dir`` then Ray's own
   ``_pyarrow_fs_copy_files`` from the local directory into a fresh checkpoint directory;
-* with manifest: ``checkpoints.scan_local`` (sizes and CRC32C of the local files), the same
-  create_dir and copy, ``checkpoints.write_part`` (rank 0's part) and
+* with manifest: ``manifests.save_with_part`` around the same create_dir and copy (the sizes
+  and CRC32C of the local files computed while the copy runs, then rank 0's part), and
   ``manifests.finish_manifest`` (the controller's merge into ``manifest.json``).
 
 Restore, per round, of one checkpoint saved with its manifest before the rounds:
@@ -51,6 +51,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -280,18 +282,22 @@ def main() -> None:
 
         def save_manifest(t: Target, run: str, keep: bool = False) -> tuple[float, str]:
             dest = f"{t.root}/{run}/{checkpoint_name(next(counter))}"
+
+            def upload() -> Any:
+                t.fs.create_dir(dest)
+                _pyarrow_fs_copy_files(
+                    source=src,
+                    destination=dest,
+                    source_filesystem=local_fs,
+                    destination_filesystem=t.fs,
+                )
+                return SimpleNamespace(checkpoint=SimpleNamespace(filesystem=t.fs, path=dest))
+
             marks = [time.perf_counter()]
-            entries = ck.scan_local(src)
+            # What a worker runs (manifests.install_part_writer): the upload with the CRC32C of
+            # the local files computed alongside it, then the rank's part.
+            manifests.save_with_part(src, upload, rank=0)
             marks.append(time.perf_counter())
-            t.fs.create_dir(dest)
-            _pyarrow_fs_copy_files(
-                source=src,
-                destination=dest,
-                source_filesystem=local_fs,
-                destination_filesystem=t.fs,
-            )
-            marks.append(time.perf_counter())
-            ck.write_part(manifests.PyArrowStore(t.fs), dest, 0, entries)
             manifest = manifests.finish_manifest(
                 t.fs,
                 dest,
@@ -305,7 +311,7 @@ def main() -> None:
             if manifest is None or len(manifest.files) != nfiles:
                 sys.exit(f"{t.name}: finish_manifest wrote no manifest of {nfiles} files")
             if not keep:
-                steps = split.setdefault(t.name, {"scan": [], "copy": [], "manifest": []})
+                steps = split.setdefault(t.name, {"upload": [], "manifest": []})
                 for key, a, b in zip(steps, marks, marks[1:], strict=False):
                     steps[key].append(b - a)
                 t.fs.delete_dir(f"{t.root}/{run}")
@@ -391,7 +397,11 @@ def main() -> None:
                 verdict = ck.verify(store, restore_path, checksums=False)
                 marks.append(time.perf_counter())
                 pafs.copy_files(
-                    restore_path, local, source_filesystem=t.fs, destination_filesystem=local_fs
+                    restore_path,
+                    local,
+                    source_filesystem=t.fs,
+                    destination_filesystem=local_fs,
+                    chunk_size=manifests.COPY_CHUNK,
                 )
                 marks.append(time.perf_counter())
                 local_verdict = ck.verify(
@@ -414,11 +424,10 @@ def main() -> None:
         out()
         out("where the time goes (seconds per round; the same calls, timed one by one):")
         labels = {
-            "scan": "save: scan_local (sizes + CRC32C of the local files)",
-            "copy": "save: create_dir + Ray's copy",
-            "manifest": "save: write_part + finish_manifest",
+            "upload": "save: save_with_part (Ray's copy, CRC32C alongside, part)",
+            "manifest": "save: finish_manifest",
             "list": "restore: run listing, marker, verify by sizes",
-            "download": "restore: pyarrow copy_files, its defaults",
+            "download": "restore: pyarrow copy_files, 64 MiB chunks",
             "crc": "restore: CRC32C of the local copy",
         }
         for name in split:
@@ -470,7 +479,8 @@ def write_results(
         "1 GiB, both targets). The checkpoint: 1 GiB of random bytes in five files (768 MiB",
         "model, 240 + 15 MiB optimizer state, 1 MiB RNG state, a small JSON), one rank. Save: Ray",
         "Train's persist step (`create_dir` + Ray's `_pyarrow_fs_copy_files`) against",
-        "`checkpoints.scan_local` + the same step + `write_part` + `finish_manifest`. Restore:",
+        "`manifests.save_with_part` around the same step (CRC32C of the local files computed",
+        "while the copy runs, then the rank's part) + `finish_manifest`. Restore:",
         "Ray's `_download_from_fs_path` (what `Checkpoint.to_directory()` does for a checkpoint",
         "in storage) against `manifests.fetch_verified` (run listing, sizes, download, CRC32C of",
         "the local copy). Targets: MinIO on loopback through",

@@ -326,8 +326,9 @@ def none_usable_message(rejected: list[Verdict], uri: Callable[[str], str]) -> s
     return (
         f"{NO_CHECKPOINT} none of the run's {len(rejected)} checkpoint(s) passes its check "
         f"({listed}). "
-        "Nothing was deleted. To go on, set spec.resumeFrom to a checkpoint you trust, or "
-        "start the run over under a new spec.runName"
+        "Nothing was deleted. To go on, create the TrainJob again: a new TrainJob starts a new "
+        "run, from spec.resumeFrom when it names a checkpoint you trust (`raytrain checkpoints "
+        "NAME --verify` checks them), else from scratch"
     )
 
 

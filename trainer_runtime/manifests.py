@@ -43,6 +43,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -110,6 +111,20 @@ class PyArrowStore:
 # -- saving ---------------------------------------------------------------------------------------
 
 
+_SCANNER: ThreadPoolExecutor | None = None
+
+
+def _scanner() -> ThreadPoolExecutor:
+    global _SCANNER
+    if _SCANNER is None:
+        _SCANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-crc32c")
+    return _SCANNER
+
+
+#: Ray Train's own chunk for checkpoint transfers (pyarrow's default of 1 MiB is slower).
+COPY_CHUNK = 64 << 20
+
+
 def install_part_writer() -> None:
     """In a training worker: every checkpoint upload ends with this rank's manifest part.
 
@@ -133,29 +148,62 @@ def install_part_writer() -> None:
         bound.apply_defaults()
         checkpoint = bound.arguments.get("checkpoint")
         custom = bound.arguments.get("checkpoint_upload_fn")
-        entries: list[ck.FileEntry] | None = None
         if (
-            checkpoint is not None
-            and custom is None
-            and isinstance(checkpoint.filesystem, pafs.LocalFileSystem)
+            checkpoint is None
+            or custom is not None
+            or not isinstance(checkpoint.filesystem, pafs.LocalFileSystem)
         ):
-            entries = ck.scan_local(checkpoint.path)
-        report = original(*bound.args, **bound.kwargs)
-        persisted = getattr(report, "checkpoint", None)
-        if persisted is not None:
-            store = PyArrowStore(persisted.filesystem)
-            if entries is None:
+            report = original(*bound.args, **bound.kwargs)
+            persisted = getattr(report, "checkpoint", None)
+            if persisted is not None:
                 # A custom upload: what it stored, by size only.
+                store = PyArrowStore(persisted.filesystem)
                 entries = [
                     ck.FileEntry(path=p, size=s)
                     for p, s in sorted(store.sizes(persisted.path).items())
                     if not p.startswith(ck.META_DIR)
                 ]
-            ck.write_part(store, persisted.path, self.get_world_rank(), entries)
-        return report
+                ck.write_part(store, persisted.path, self.get_world_rank(), entries)
+            return report
+        delete_after = bool(bound.arguments.get("delete_local_checkpoint_after_upload"))
+        bound.arguments["delete_local_checkpoint_after_upload"] = False
+        return save_with_part(
+            checkpoint.path,
+            lambda: original(*bound.args, **bound.kwargs),
+            rank=self.get_world_rank(),
+            delete_after=delete_after,
+        )
 
     upload_with_part._raytrain_parts = True  # type: ignore[attr-defined]
     TrainContext._upload_checkpoint = upload_with_part  # type: ignore[method-assign]
+
+
+def save_with_part(
+    local_path: str, upload: Callable[[], Any], *, rank: int, delete_after: bool = False
+) -> Any:
+    """Upload a rank's local checkpoint directory and write its manifest part.
+
+    ``upload`` stores the files and returns Ray Train's report (its ``checkpoint`` the stored
+    one). The checksums are computed while it runs: the upload waits on storage and the
+    checksums on the CPU, so together they take about as long as the upload alone. The local
+    directory is deleted (``delete_after``) once both are done.
+    """
+    scan = _scanner().submit(ck.scan_local, local_path)
+    try:
+        report = upload()
+    finally:
+        with contextlib.suppress(Exception):
+            scan.result()
+    entries = scan.result()  # the scan's own error, should it have failed
+    persisted = getattr(report, "checkpoint", None)
+    if persisted is not None:
+        ck.write_part(PyArrowStore(persisted.filesystem), persisted.path, rank, entries)
+    if delete_after:
+        try:
+            shutil.rmtree(local_path)
+        except OSError:
+            log.exception("could not delete the local checkpoint %s", local_path)
+    return report
 
 
 def install_rejection_guard() -> None:
@@ -168,7 +216,7 @@ def install_rejection_guard() -> None:
     """
     from ray.train.v2._internal.execution.checkpoint import checkpoint_manager
 
-    original = checkpoint_manager.delete_fs_path
+    original = getattr(checkpoint_manager, "delete_fs_path")  # noqa: B009 (not exported)
     if getattr(original, "_raytrain_guard", False):
         return
 
@@ -179,7 +227,7 @@ def install_rejection_guard() -> None:
         original(fs=fs, fs_path=fs_path)
 
     delete_unless_rejected._raytrain_guard = True  # type: ignore[attr-defined]
-    checkpoint_manager.delete_fs_path = delete_unless_rejected
+    setattr(checkpoint_manager, "delete_fs_path", delete_unless_rejected)  # noqa: B010
 
 
 def finish_manifest(
@@ -446,6 +494,7 @@ def fetch_verified(
                 local,
                 source_filesystem=filesystem,
                 destination_filesystem=pafs.LocalFileSystem(),
+                chunk_size=COPY_CHUNK,
             )
             verdict = ck.verify(
                 ck.local_store(),
@@ -592,6 +641,7 @@ def _run_seed(
                 local,
                 source_filesystem=handed.filesystem,
                 destination_filesystem=pafs.LocalFileSystem(),
+                chunk_size=COPY_CHUNK,
             )
             verdict = ck.verify(
                 ck.local_store(),
