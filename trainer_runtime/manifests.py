@@ -453,6 +453,7 @@ class Fetched:
     local: str | None  # the verified local copy handed to the loop (None: the original)
     uri: str | None
     rejected: list[Rejection]
+    path: str | None = None  # the checkpoint used, in its filesystem
 
 
 def fetch_verified(
@@ -485,8 +486,15 @@ def fetch_verified(
         verdict = ck.verify(store, path, checksums=False)
         if verdict.problem == "no-manifest" and is_legacy(cname, legacy_up_to):
             log.info("checkpoint %s predates manifests: used unverified", uri(path))
-            return index, Fetched(None, uri(path), rejected)
-        if verdict.ok:
+            return index, Fetched(None, uri(path), rejected, path)
+        if verdict.ok and isinstance(filesystem, pafs.LocalFileSystem):
+            # A mounted volume (a PVC): the loop reads it in place, so it is checked in place.
+            verdict = ck.verify(
+                store, path, checksums=True, manifest=verdict.manifest, honour_rejection=False
+            )
+            if verdict.ok:
+                return index, Fetched(None, uri(path), rejected, path)
+        elif verdict.ok:
             assert verdict.manifest is not None
             local = tempfile.mkdtemp(prefix="checkpoint-", dir=workdir)
             pafs.copy_files(
@@ -505,7 +513,7 @@ def fetch_verified(
             )
             verdict.checkpoint = path
             if verdict.ok:
-                return index, Fetched(local, uri(path), rejected)
+                return index, Fetched(local, uri(path), rejected, path)
             shutil.rmtree(local, ignore_errors=True)
         found = rejection(verdict, uri, attempt)
         if verdict.problem == "rejected":
@@ -597,6 +605,10 @@ def with_verified(
                 fetched.rejected = earlier + fetched.rejected
             if fetched.local is not None:
                 context.checkpoint = Checkpoint(fetched.local)
+            elif fetched.path is not None and fetched.path != handed.path.rstrip("/"):
+                # Used in place (a mounted volume, or one older than manifests), and older
+                # than the one Ray Train handed out.
+                context.checkpoint = Checkpoint(fetched.path, filesystem=handed.filesystem)
             if context.get_world_rank() == 0 and queue is not None and fetched.rejected:
                 with contextlib.suppress(Exception):
                     queue.put_nowait(
@@ -631,9 +643,14 @@ def _run_seed(
     if verdict.problem == "no-manifest":
         log.info("spec.resumeFrom %s has no manifest: used as it is, unverified", seed)
         return run()
+    if verdict.ok and isinstance(handed.filesystem, pafs.LocalFileSystem):
+        # A mounted volume: checked where the loop reads it.
+        verdict = ck.verify(store, handed.path, checksums=True, manifest=verdict.manifest)
+        if verdict.ok:
+            return run()
     workdir = tempfile.mkdtemp(prefix="raytrain-resume-")
     try:
-        if verdict.ok:
+        if verdict.ok and not isinstance(handed.filesystem, pafs.LocalFileSystem):
             assert verdict.manifest is not None
             local = f"{workdir}/checkpoint"
             pafs.copy_files(

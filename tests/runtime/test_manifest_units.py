@@ -152,3 +152,21 @@ def test_no_checkpoint_that_passes_fails_with_every_one_named(tmp_path: Path) ->
     for n in names:
         assert f"{run_dir / n}: file model.pt is missing" in check.error
     assert all((run_dir / n).exists() for n in names)
+
+
+def test_on_a_mounted_volume_a_checkpoint_is_checked_in_place(tmp_path: Path) -> None:
+    """A PVC: no copy to the worker's disk; a same-size corruption still fails its checksum,
+    and the resume falls back to the checkpoint before it, in place too."""
+    run_dir = tmp_path / "pvc" / "run"
+    old = save(tmp_path, run_dir, "checkpoint_2026-12-01_00-00-00.000000", {"m.pt": b"a" * 64}, 0)
+    new = save(tmp_path, run_dir, "checkpoint_2026-12-02_00-00-00.000000", {"m.pt": b"b" * 64}, 1)
+    Path(new, "m.pt").write_bytes(b"c" * 64)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    index, fetched = manifests.fetch_verified(
+        manifests.PyArrowStore(LOCAL), LOCAL, new, uri=lambda p: p, attempt=1,
+        workdir=str(workdir),
+    )  # fmt: skip
+    assert (index, fetched.local, fetched.path) == (1, None, old)
+    assert [r.problem for r in fetched.rejected] == ["checksum"]
+    assert list(workdir.iterdir()) == [], "a mounted checkpoint was copied"
