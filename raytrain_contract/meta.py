@@ -1,7 +1,8 @@
 """Object metadata of the children: the label vocabulary, the allow-list, owner references.
 
 Children carry a small vocabulary under `raytrain.dev/` so the operator (and users) can find
-them. Labels and annotations of the TrainJob reach the children only through an allow-list:
+them. Labels and annotations of the TrainJob reach the children only through an allow-list
+(keys without a prefix, and the keys batch schedulers read):
 copying everything would copy `kubectl.kubernetes.io/last-applied-configuration`, kopf's
 bookkeeping, or a GitOps tool's tracking label, and Argo CD or Flux would then treat the
 children as their own and prune them.
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytrain_contract.api.v1alpha1 import API_VERSION, KIND
+from raytrain_contract.api.v1alpha1 import API_VERSION, KIND, RESERVED_KEY_PREFIXES
 
 PREFIX = "raytrain.dev"
 LABEL_TRAINJOB = f"{PREFIX}/trainjob"
@@ -36,16 +37,14 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: then gates every pod until a slice that holds it is admitted.
 KUEUE_ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 
-#: Parent label/annotation keys copied to the children: plain keys without a prefix (the user's
-#: own, like `team: vision`) and these well-known ones.
-ALLOWED_KEYS = frozenset(
-    {
-        "app.kubernetes.io/name",
-        "app.kubernetes.io/component",
-        "app.kubernetes.io/part-of",
-        "app.kubernetes.io/version",
-    }
-)
+#: Never set on a child from the TrainJob's labels or annotations or from its pod overrides:
+#: the keys the operator, KubeRay and the NetworkPolicies go by (`app.kubernetes.io/*`,
+#: `ray.io/*`, `raytrain.dev/*`). A TrainJob may carry them itself (a user's tooling may name
+#: the app), but a pod labelled `app.kubernetes.io/name: kuberay-operator` would pass every
+#: job's NetworkPolicy in every namespace. The CRD refuses them in spec.head / workerTemplate
+#: labels and annotations; the builders drop them whatever the source.
+RESERVED_PREFIXES = RESERVED_KEY_PREFIXES
+
 #: Never set on a child, whatever the source: tooling bookkeeping and GitOps tracking.
 DENIED_PREFIXES = (
     "kubectl.kubernetes.io/",
@@ -56,7 +55,6 @@ DENIED_PREFIXES = (
     "meta.helm.sh/",
     "kueue.x-k8s.io/",
 )
-DENIED_KEYS = frozenset({"app.kubernetes.io/instance", "app.kubernetes.io/managed-by"})
 #: Keys batch schedulers read, passed on (from the TrainJob's own labels and annotations, and
 #: from explicit pod labels/annotations) to the RayJob and the pods, although their prefix may
 #: be denied. KubeRay copies the RayJob's labels and annotations to its RayCluster, where its
@@ -96,7 +94,7 @@ SCHEDULER_KEYS = frozenset(
 def is_denied(key: str) -> bool:
     if key in SCHEDULER_KEYS:
         return False
-    return key in DENIED_KEYS or key.startswith(DENIED_PREFIXES)
+    return key.startswith(DENIED_PREFIXES + RESERVED_PREFIXES)
 
 
 def allowed_from_parent(
@@ -112,13 +110,13 @@ def allowed_from_parent(
             continue
         if is_denied(key):
             continue
-        if "/" not in key or key in ALLOWED_KEYS:
+        if "/" not in key:
             out[key] = value
     return out
 
 
 def without_denied(source: Mapping[str, str] | None) -> dict[str, str]:
-    """The user's explicit pod labels/annotations minus tooling and GitOps keys."""
+    """The user's explicit pod labels/annotations minus tooling, GitOps and reserved keys."""
     return {k: v for k, v in (source or {}).items() if not is_denied(k)}
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from raytrain_contract.api.v1alpha1 import PodOverrides, TrainJobSpec
+from raytrain_contract.api.v1alpha1 import RESERVED_ENV_NAMES, PodOverrides, TrainJobSpec
 
 STORAGE_VOLUME = "raytrain-storage"
 
@@ -95,8 +95,9 @@ def storage_mounts(spec: TrainJobSpec) -> list[dict[str, Any]]:
 
 def user_env(ours: list[dict[str, Any]], overrides: PodOverrides | None) -> list[dict[str, Any]]:
     """The user's extra variables of a pod (spec.head.env, spec.workerTemplate.env) that go after
-    ours, minus any that would shadow one of ours."""
-    names = {e["name"] for e in ours}
+    ours, minus any that would shadow one of ours or one the operator adds for the runtime
+    (RESERVED_ENV_NAMES: the CRD refuses them; one stored before that is dropped here)."""
+    names = {e["name"] for e in ours} | set(RESERVED_ENV_NAMES)
     return [e for e in (overrides.env if overrides else None) or [] if e.get("name") not in names]
 
 

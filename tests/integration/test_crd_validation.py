@@ -598,6 +598,38 @@ CASES: list[tuple[str, list[Callable[[Doc], None]], list[str]]] = [
         [_set("spec.datasets", {"1train": {"uri": "s3://raytrain/data"}})],
         ["spec.datasets: a dataset name has at most 63 letters"],
     ),
+    # What a job may not set on its pods: the keys the operator, KubeRay and the
+    # NetworkPolicies go by, the runtime's own variables, credentials in the endpoint's URL.
+    (
+        "pod-label-names-kuberay",
+        [_set("spec.head", {"labels": {"app.kubernetes.io/name": "kuberay-operator"}})],
+        ["spec.*.labels: the key app.kubernetes.io/name is reserved", "NetworkPolicies"],
+    ),
+    (
+        "pod-annotation-of-ray",
+        [_set("spec.workerTemplate", {"annotations": {"team": "a", "ray.io/ft-enabled": "x"}})],
+        ["spec.*.annotations: the key ray.io/ft-enabled is reserved"],
+    ),
+    (
+        "pod-label-of-the-operator",
+        [_set("spec.workerTemplate", {"labels": {"raytrain.dev/trainjob": "other"}})],
+        ["spec.*.labels: the key raytrain.dev/trainjob is reserved"],
+    ),
+    (
+        "env-sets-the-attempt",
+        [_set("spec.workerTemplate", {"env": [{"name": "RAYTRAIN_ATTEMPT", "value": "7"}]})],
+        ["spec.*.env: RAYTRAIN_ATTEMPT is set by the operator", "remove it from env"],
+    ),
+    (
+        "env-sets-the-pod-name",
+        [_set("spec.head", {"env": [{"name": "A", "value": "1"}, {"name": "RAYTRAIN_POD_NAME"}]})],
+        ["spec.*.env: RAYTRAIN_POD_NAME is set by the operator"],
+    ),
+    (
+        "endpoint-with-credentials",
+        [_set("spec.storage.s3", {**S3, "endpoint": "https://AKIAKEY:s3cr3t@minio.storage:9000"})],
+        ["spec.storage.s3.endpoint must not hold credentials", "spec.storage.s3.credentialsSecret"],
+    ),
     # Names of objects the pods refer to must be names the API server would give an object.
     (
         "claim-name-not-a-dns-subdomain",
@@ -666,6 +698,19 @@ def test_valid_manifest_is_accepted(kube_cluster: Any, namespace: str) -> None:
     spec = TrainJob.model_validate(got).spec
     assert (spec.scaling.workers_per_pod, spec.backoff_limit) == (1, 0)
     assert spec.scaling.placement_strategy.value == "PACK"
+
+
+def test_a_job_may_carry_reserved_labels_itself(kube_cluster: Any, namespace: str) -> None:
+    """A TrainJob's own labels are its users' (their tooling may name the app): the reserved
+    ones are accepted on the TrainJob and are not copied to its children (meta.py)."""
+    doc = _valid()
+    doc["metadata"]["labels"] = {"app.kubernetes.io/name": "kuberay-operator"}
+    doc["spec"]["head"] = {"labels": {"team": "a"}, "env": [{"name": "RAYTRAIN_LOG", "value": "1"}]}
+    doc["spec"]["storage"]["s3"]["endpoint"] = "https://minio.storage:9000"
+    result = kube_cluster.kubectl(
+        "create", "-n", namespace, "-f", "-", check=False, input=json.dumps(doc)
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_a_retry_policy_is_accepted_as_written(kube_cluster: Any, namespace: str) -> None:

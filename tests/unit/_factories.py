@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from raytrain_contract.api.v1alpha1 import TrainJob
-from raytrain_contract.meta import Meta
+from raytrain_contract.meta import Meta, owner_reference
 
 UID = "5f0c2a7e-91b3-4c1d-8e2f-0123456789ab"
 
@@ -46,6 +46,20 @@ def meta(**fields: Any) -> Meta:
     values: dict[str, Any] = {"name": "digits", "namespace": "team-a", "uid": UID}
     values.update(fields)
     return Meta(**values)
+
+
+def ours(kind: str, namespace: str, name: str) -> dict[str, Any]:
+    """An object of a child's kind and name as the API server returns it when it is ours (it
+    carries the TrainJob's ownerReference): a stand-in for `k8s.get` in delete tests."""
+    return {
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-of-{name}",
+            "ownerReferences": [owner_reference(meta())],
+        },
+    }
 
 
 ROOT_EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))

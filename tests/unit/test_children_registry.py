@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _factories import meta, trainjob
+from _factories import meta, ours, trainjob
 
 from raytrain_operator import k8s
 from raytrain_operator.builders import children
@@ -66,7 +66,7 @@ class Recorder:
         self.calls.append(("ensure", body["kind"], body["metadata"]["name"]))
         return True
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
         self.calls.append(("delete", kind, name))
 
 
@@ -76,6 +76,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     monkeypatch.setattr(apply, "_ensure", rec.ensure)
     monkeypatch.setattr(apply, "fence", lambda pool, meta, attempt: None)
     monkeypatch.setattr(k8s, "delete", rec.delete)
+    monkeypatch.setattr(k8s, "get", ours)
     return rec
 
 

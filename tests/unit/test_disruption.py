@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from _clock import FakeClock
-from _factories import meta, trainjob
+from _factories import meta, ours, trainjob
 from test_status_machine import cond, rayjob, run, status_after
 from test_triage import container, pod
 
@@ -386,7 +386,8 @@ def test_turning_the_budget_off_deletes_it_at_the_next_attempt(
         k8s, "create", lambda body: created.append((body["kind"], body["metadata"]["name"]))
         or body,
     )  # fmt: skip
-    monkeypatch.setattr(k8s, "delete", lambda kind, ns, name: deleted.append((kind, name)))
+    monkeypatch.setattr(k8s, "delete", lambda kind, ns, name, uid: deleted.append((kind, name)))
+    monkeypatch.setattr(k8s, "get", ours)
     log = logging.getLogger("test")
     apply.ensure_children(PassState(), trainjob(), meta(), EnsureChildren(0, False), None, log)
     assert ("PodDisruptionBudget", "digits-ray") in created and deleted == []

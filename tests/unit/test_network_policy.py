@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 import pytest
-from _factories import meta, trainjob
+from _factories import meta, ours, trainjob
 from test_apply_children import FakeServer, server  # noqa: F401  (fixture)
 
 from raytrain_contract.meta import LABEL_ATTEMPT, LABEL_TRAINJOB
@@ -123,7 +123,7 @@ def test_each_attempt_applies_the_policy_and_turning_it_off_removes_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     deleted: list[tuple[str, str]] = []
-    monkeypatch.setattr(k8s, "delete", lambda kind, ns, name: deleted.append((kind, name)))
+    monkeypatch.setattr(k8s, "delete", lambda kind, ns, name, uid: deleted.append((kind, name)))
     state = PassState()
     apply.ensure_children(state, trainjob(), meta(), EnsureChildren(0, False), None, LOG)
     assert server.objects[("NetworkPolicy", "digits-ray")] == build_network_policy(
@@ -142,7 +142,8 @@ def test_each_attempt_applies_the_policy_and_turning_it_off_removes_it(
 
 def test_the_children_delete_takes_the_policy_too(monkeypatch: pytest.MonkeyPatch) -> None:
     deleted: list[tuple[str, str]] = []
-    monkeypatch.setattr(k8s, "delete", lambda kind, ns, name: deleted.append((kind, name)))
+    monkeypatch.setattr(k8s, "delete", lambda kind, ns, name, uid: deleted.append((kind, name)))
+    monkeypatch.setattr(k8s, "get", ours)
     monkeypatch.setattr(k8s, "list_names", lambda kind, ns, selector: [])
     apply.delete_children(meta())
     assert ("NetworkPolicy", "digits-ray") in deleted

@@ -120,6 +120,24 @@ def torch_backend(spec: TrainJobSpec) -> str:
     return "nccl" if gpus_per_worker(spec) > 0 else "gloo"
 
 
+#: The message of an S3 endpoint with credentials in it (the CRD's rule says the same).
+ENDPOINT_CREDENTIALS = (
+    "spec.storage.s3.endpoint must not hold credentials (user:password@ before the host): the "
+    "endpoint is copied into the contract ConfigMap and a plain environment variable; give "
+    "the scheme and host only and put the keys in the Secret named by "
+    "spec.storage.s3.credentialsSecret"
+)
+
+
+def check_s3_endpoint(spec: TrainJobSpec) -> None:
+    """Refuse an S3 endpoint with credentials in its URL (`https://KEY:SECRET@host`): it would be
+    copied where whoever reads ConfigMaps or pod specs reads it. The CRD refuses it; one stored
+    before that stalls the job here. The message never repeats the URL."""
+    s3 = spec.storage.s3
+    if s3 is not None and s3.endpoint and "@" in s3.endpoint.partition("://")[2].split("/")[0]:
+        raise SpecError(ENDPOINT_CREDENTIALS)
+
+
 def storage_of(spec: TrainJobSpec) -> Storage:
     """Where checkpoints go, as every pod sees it: the PVC's mount (plus subPath) or the S3 URI."""
     pvc, s3 = spec.storage.pvc, spec.storage.s3
@@ -129,6 +147,7 @@ def storage_of(spec: TrainJobSpec) -> Storage:
             path = posixpath.join(path, pvc.sub_path.strip("/"))
         return PvcStorage(path=path)
     if s3 is not None:
+        check_s3_endpoint(spec)
         return S3Storage(path=s3.uri, endpoint=s3.endpoint, region=s3.region)
     raise SpecError("spec.storage: set exactly one of storage.pvc or storage.s3")
 

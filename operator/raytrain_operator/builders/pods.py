@@ -41,6 +41,7 @@ from raytrain_operator.builders.contract import (
     CONTRACT_DIR,
     CONTRACT_KEY,
     CONTRACT_PATH,
+    check_s3_endpoint,
     gpu_resource_name,
     gpus_per_worker,
 )
@@ -181,6 +182,7 @@ def _env(
 ) -> list[dict[str, Any]]:
     """Our variables first; the user's extra ones after, minus any that would shadow ours. The
     network profile's NCCL variables are defaults: the user's of the same name win."""
+    check_s3_endpoint(spec)
     ours = contract_env(meta) + storage_env(spec)
     names = {e["name"] for e in ours}
     extra = user_env(ours, overrides)

@@ -1,5 +1,6 @@
 """The per-job identity of the pods: a ServiceAccount, and a Role/RoleBinding that let the
-runtime read its own TrainJob and patch its status, and nothing else (`resourceNames`)."""
+runtime read its own TrainJob and patch its status (`resourceNames`, through the status
+subresource only) and read a pod by name (its own, in the preStop hook), and nothing else."""
 
 from __future__ import annotations
 
@@ -25,20 +26,19 @@ def build_role(meta: Meta) -> dict[str, Any]:
         "kind": "Role",
         "metadata": child_metadata(meta, runtime_account_name(meta.name)),
         "rules": [
+            # trainer_runtime/kube.py: the reporter reads the TrainJob through its status
+            # subresource (the whole object, annotations included) and patches its status.
             {
                 "apiGroups": [GROUP],
                 "resources": [f"{PLURAL}/status"],
                 "resourceNames": [meta.name],
                 "verbs": ["get", "patch"],
             },
-            {
-                "apiGroups": [GROUP],
-                "resources": [PLURAL],
-                "resourceNames": [meta.name],
-                "verbs": ["get"],
-            },
-            # The head's preStop hook reads its own pod's DisruptionTarget condition (pod names
-            # are KubeRay's random ones: no resourceNames). Secrets stay out of reach.
+            # trainer_runtime/drain.py: a pod's preStop hook reads its own pod's
+            # DisruptionTarget condition. KubeRay names the pods (`<cluster>-head-<random>`),
+            # so the Role cannot name them: `get` by name, no list or watch, no write. Secrets
+            # stay out of reach. tests/unit/test_runtime_role.py keeps these rules to the
+            # runtime's calls.
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
         ],
     }

@@ -6,7 +6,9 @@ ownerReference it is ours (made by an earlier pass, or before a restart) and is 
 with a server-side apply of the whole child, which corrects drift on every field we set. An
 object without our ownerReference belongs to someone else and is never touched: applying it
 would adopt it, because server-side apply reports a conflict only for fields that both
-managers set, and a foreign ConfigMap's keys need not overlap ours. Deletes tolerate "not found".
+managers set, and a foreign ConfigMap's keys need not overlap ours. Deletes too (the TTL
+clean-up, a child turned off) touch only an object that carries our ownerReference, and name
+the uid they read as a precondition; they tolerate "not found".
 
 Before an attempt's children are created, `fence` reads the TrainJob, its RayJobs and its pods
 from the API server itself (not from the watch that woke the pass): a pass whose snapshot is
@@ -286,21 +288,30 @@ def _write(child: ChildKind, body: dict[str, Any] | None, meta: Meta) -> None:
     if body is not None:
         _ensure(body, meta)
     elif child.pruned and child.name is not None:
-        k8s.delete(child.kind, meta.namespace, child.name(meta.name))
+        _delete_if_ours(child, meta, child.name(meta.name))
+
+
+def _delete_if_ours(child: ChildKind, meta: Meta, name: str) -> None:
+    """Delete the object of this kind and name if it is ours (this TrainJob's ownerReference):
+    an object of the same name that someone else made is never deleted. The delete names the
+    uid that was read, so an object created again in between stays too."""
+    found = k8s.get(child.kind, meta.namespace, name)
+    if found is None or not child.owned(found, meta):
+        return
+    uid = (found.get("metadata") or {}).get("uid")
+    k8s.delete(child.kind, meta.namespace, name, uid=str(uid) if uid else None)
 
 
 def delete_children(meta: Meta) -> None:
-    """Delete every child of the TrainJob (its TTL passed): a child per attempt when it is
-    ours, found by the TrainJob's label; the others by name."""
+    """Delete every child of the TrainJob that is ours (its TTL passed): a child per attempt
+    found by the TrainJob's label, the others by name."""
     selector = f"{LABEL_TRAINJOB}={meta.name}"
     for child in CHILDREN:
         if child.name is not None:
-            k8s.delete(child.kind, meta.namespace, child.name(meta.name))
+            _delete_if_ours(child, meta, child.name(meta.name))
             continue
         for name in k8s.list_names(child.kind, meta.namespace, selector):
-            found = k8s.get(child.kind, meta.namespace, name)
-            if found is not None and child.owned(found, meta):
-                k8s.delete(child.kind, meta.namespace, name)
+            _delete_if_ours(child, meta, name)
 
 
 def run(

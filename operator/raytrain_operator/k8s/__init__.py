@@ -98,13 +98,19 @@ def apply(body: dict[str, Any]) -> dict[str, Any]:
     return result or {}
 
 
-def delete(kind: str, namespace: str, name: str) -> None:
-    """Delete a child if present; in the foreground when its kind says so (the RayJob)."""
+def delete(kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+    """Delete a child if present; in the foreground when its kind says so (the RayJob). With
+    `uid`, only the object of that uid (a precondition): one that was deleted and created again
+    by someone else since it was read is left alone (409 Conflict, taken as done)."""
     resource, path = _kind_path(kind, namespace, name)
-    body = None
-    if BY_KIND[kind].foreground:
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"}
-    call("delete", resource, lambda: request("DELETE", path, body), ok=(404,))
+    body: dict[str, Any] | None = None
+    if BY_KIND[kind].foreground or uid is not None:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if BY_KIND[kind].foreground:
+            body["propagationPolicy"] = "Foreground"
+        if uid is not None:
+            body["preconditions"] = {"uid": uid}
+    call("delete", resource, lambda: request("DELETE", path, body), ok=(404, 409))
 
 
 def list_names(kind: str, namespace: str, label_selector: str) -> list[str]:

@@ -93,6 +93,26 @@ RESERVED_MOUNT_PATHS = (
 #: Volume names the builders give the pods' own volumes: a user's volume (or mount) of the same
 #: name would replace the contract, the checkpoint storage or /dev/shm.
 RESERVED_VOLUME_NAMES = ("raytrain-contract", "raytrain-storage", "raytrain-shm")
+#: Environment variables the operator sets in the Ray containers and the runtime reads to know
+#: its TrainJob, attempt, RayCluster and pod (builders/pods.py, rayjob.py, hardening.py): a
+#: user's variable of the same name would replace the operator's, and the runtime's reports
+#: would then name another attempt, which the operator ignores.
+RESERVED_ENV_NAMES = (
+    "RAYTRAIN_CONTRACT",
+    "RAYTRAIN_TRAINJOB_NAMESPACE",
+    "RAYTRAIN_TRAINJOB_NAME",
+    "RAYTRAIN_ATTEMPT",
+    "RAYTRAIN_RAYJOB",
+    "RAYTRAIN_RAYCLUSTER",
+    "RAYTRAIN_POD_NAME",
+    "RAYTRAIN_POD_IP",
+    "RAYTRAIN_DRAIN_SECONDS",
+)
+#: Label and annotation key prefixes a TrainJob cannot put on its children: the operator's own
+#: (`raytrain.dev/`), KubeRay's (`ray.io/`), and the well-known application labels, by which
+#: KubeRay's pods are recognised and by which NetworkPolicies (the job's own, whose default peer
+#: is `app.kubernetes.io/name: kuberay-operator` in every namespace) admit peers.
+RESERVED_KEY_PREFIXES = ("app.kubernetes.io/", "ray.io/", "raytrain.dev/")
 #: Directories the builders mount in every Ray container (the contract and /dev/shm); the
 #: checkpoint claim's mountPath is checked beside them.
 BUILDER_MOUNT_PATHS = ("/etc/raytrain", "/dev/shm")
@@ -125,6 +145,33 @@ MAX_SECONDS = 10 * 365 * 24 * 3600
 def rule(rule: str, message: str, **extra: str) -> JsonValue:
     """One CEL rule; its message names the field and the fix."""
     return {"rule": rule, "message": message, **extra}
+
+
+def naming(message: str, value: str) -> str:
+    """A CEL messageExpression: `message` with the offending value (a CEL expression) put in
+    place of `{}`, so the refusal names the value as well as the field and the fix."""
+    before, after = message.split("{}")
+    assert "'" not in message, message
+    return f"'{before}' + {value} + '{after}'"
+
+
+def reserved_keys_rule(field: str, what: str) -> JsonValue:
+    """CEL: no key of the map has a prefix of RESERVED_KEY_PREFIXES; the refusal names one."""
+    has_prefix = " || ".join(f"k.startsWith('{p}')" for p in RESERVED_KEY_PREFIXES)
+    prefixes = ", ".join(f"{p}*" for p in RESERVED_KEY_PREFIXES)
+    why = (
+        f"{prefixes} {what} keys on the Ray pods belong to the operator and KubeRay "
+        "(NetworkPolicies admit pods by such labels); use a key of your own "
+        "(e.g. example.com/app)"
+    )
+    return rule(
+        f"!self.exists(k, {has_prefix})",
+        f"{field}: {why}",
+        messageExpression=naming(
+            f"{field}: the key {{}} is reserved: {why}",
+            f"self.filter(k, {has_prefix})[0]",
+        ),
+    )
 
 
 def quantity_rule(

@@ -22,6 +22,8 @@ from raytrain_contract.api.v1alpha1.common import (
     ENV_NAME,
     LABEL_VALUE,
     PRESERVE,
+    RESERVED_ENV_NAMES,
+    naming,
     rule,
 )
 
@@ -341,7 +343,13 @@ TOLERATIONS: JsonDict = over(
     ),
 )
 
-#: core/v1 EnvVar: a name and either a value or a valueFrom source.
+_RESERVED_ENV_WHY = (
+    " is set by the operator for the runtime, which reads it to know its job, attempt and pod "
+    "(another value would make the operator ignore the reports of the runtime); remove it from env"
+)
+
+#: core/v1 EnvVar: a name and either a value or a valueFrom source; the names the operator
+#: sets for the runtime (RESERVED_ENV_NAMES) are refused.
 ENV: JsonDict = over(
     container_field("env"),
     maxItems=256,
@@ -361,7 +369,15 @@ ENV: JsonDict = over(
             rule(
                 "!(has(self.value) && has(self.valueFrom))",
                 "spec.*.env: set value or valueFrom of an environment variable, not both",
-            )
+            ),
+            rule(
+                f"!(self.name in {list(RESERVED_ENV_NAMES)!r})",
+                "spec.*.env: "
+                + ", ".join(RESERVED_ENV_NAMES)
+                + " are set by the operator for the runtime, which reads them to know its job, "
+                "attempt and pod; remove them from env",
+                messageExpression=naming("spec.*.env: {}" + _RESERVED_ENV_WHY, "self.name"),
+            ),
         ],
     ),
 )

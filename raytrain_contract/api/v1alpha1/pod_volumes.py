@@ -13,6 +13,7 @@ from raytrain_contract.api.v1alpha1.common import (
     BUILDER_MOUNT_PATHS,
     DNS_LABEL,
     RESERVED_VOLUME_NAMES,
+    naming,
     rule,
 )
 from raytrain_contract.api.v1alpha1.pod_schema import (
@@ -22,14 +23,6 @@ from raytrain_contract.api.v1alpha1.pod_schema import (
     over,
     pod_field,
 )
-
-
-def _naming(message: str, value: str) -> str:
-    """A CEL messageExpression: `message` with the offending value (a CEL expression) put in
-    place of `{}`, so the refusal names the value as well as the field and the fix."""
-    before, after = message.split("{}")
-    assert "'" not in message, message
-    return f"'{before}' + {value} + '{after}'"
 
 
 def _not_under(path: str) -> str:
@@ -60,7 +53,7 @@ VOLUMES: JsonDict = over(
                 + ", ".join(RESERVED_VOLUME_NAMES)
                 + " belong to the volumes the operator adds (contract, checkpoint storage, "
                 "/dev/shm); rename the volume",
-                messageExpression=_naming(
+                messageExpression=naming(
                     "spec.*.volumes: the name {} belongs to a volume the operator adds "
                     "(contract, checkpoint storage, /dev/shm); rename the volume",
                     "self.name",
@@ -119,7 +112,7 @@ VOLUME_MOUNTS: JsonDict = over(
                 + " or ".join(BUILDER_MOUNT_PATHS)
                 + ", which the operator mounts (the contract, /dev/shm sized for Ray's "
                 "object store); choose a directory of its own such as /data/cache",
-                messageExpression=_naming(
+                messageExpression=naming(
                     "spec.*.volumeMounts: mountPath {} must not be or nest in "
                     + " or ".join(BUILDER_MOUNT_PATHS)
                     + ", which the operator mounts (the contract, /dev/shm sized for the "
@@ -132,7 +125,7 @@ VOLUME_MOUNTS: JsonDict = over(
                 "spec.*.volumeMounts: the volumes "
                 + ", ".join(RESERVED_VOLUME_NAMES)
                 + " are mounted by the operator; mount a volume of your own from volumes",
-                messageExpression=_naming(
+                messageExpression=naming(
                     "spec.*.volumeMounts: the volume {} is mounted by the operator; mount a "
                     "volume of your own from volumes",
                     "self.name",

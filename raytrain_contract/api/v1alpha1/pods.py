@@ -6,9 +6,10 @@ pod_schema.py; the rules that tie two of those fields together are here.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import ConfigDict, Field, WithJsonSchema
+from pydantic.config import JsonDict, JsonValue
 
 from raytrain_contract.api.v1alpha1 import pod_schema, pod_volumes
 from raytrain_contract.api.v1alpha1.common import (
@@ -17,6 +18,7 @@ from raytrain_contract.api.v1alpha1.common import (
     Model,
     label_map,
     new_field,
+    reserved_keys_rule,
     rule,
 )
 
@@ -28,6 +30,16 @@ _Objects = list[dict[str, Any]]
 _LabelValue = Annotated[
     str, WithJsonSchema({"type": "string", "maxLength": 63, "pattern": LABEL_VALUE})
 ]
+
+
+def reserved(schema: JsonDict, field: str) -> JsonDict:
+    """A label or annotation map's schema with the rule that refuses reserved keys."""
+    what = field.rstrip("s")
+    rules = cast(list[JsonValue], schema["x-kubernetes-validations"])
+    return {
+        **schema,
+        "x-kubernetes-validations": [*rules, reserved_keys_rule(f"spec.*.{field}", what)],
+    }
 
 
 class PodOverrides(Model):
@@ -77,16 +89,18 @@ class PodOverrides(Model):
     service_account_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
     """Service account of the pods. Default: the per-job account the operator creates."""
     labels: dict[str, _LabelValue] | None = Field(
-        default=None, json_schema_extra=label_map("spec.*.labels", "label")
+        default=None, json_schema_extra=reserved(label_map("spec.*.labels", "label"), "labels")
     )
-    """Extra pod labels. Tooling and GitOps keys (kubectl.kubernetes.io/*, kopf.zalando.org/*,
-    argocd.argoproj.io/*, Flux's, app.kubernetes.io/instance) are dropped, and of
-    kueue.x-k8s.io/* only the keys schedulers read pass (topology, priority class; the queue
+    """Extra pod labels. Keys under app.kubernetes.io/, ray.io/ and raytrain.dev/ are refused:
+    the operator, KubeRay and the NetworkPolicies go by them. Tooling and GitOps keys
+    (kubectl.kubernetes.io/*, kopf.zalando.org/*, argocd.argoproj.io/*, Flux's) are dropped,
+    and of kueue.x-k8s.io/* only the keys schedulers read pass (topology, priority class; the queue
     comes from spec.queueName); Volcano, KAI and YuniKorn queue and group keys pass too."""
     annotations: dict[str, Annotated[str, Field(max_length=8192)]] | None = Field(
-        default=None, json_schema_extra=label_map("spec.*.annotations", "annotation")
+        default=None,
+        json_schema_extra=reserved(label_map("spec.*.annotations", "annotation"), "annotations"),
     )
-    """Extra pod annotations, filtered like labels (Kueue's podset-required-topology and
+    """Extra pod annotations, refused and filtered like labels (Kueue's podset-required-topology and
     podset-preferred-topology pass: topology-aware scheduling reads them here)."""
     termination_grace_period_seconds: int | None = Field(default=None, ge=1, le=86400)
     """Seconds a pod has to stop after a delete, a drain or a suspend before it is killed.

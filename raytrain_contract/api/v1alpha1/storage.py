@@ -131,11 +131,19 @@ class S3Storage(Model):
                     "self.matches('^https?://[^/]+/?$')",
                     "spec.storage.s3.endpoint must be a URL such as http://minio.storage:9000 "
                     "(scheme and host, no path)",
-                )
+                ),
+                rule(
+                    "!self.matches('^[^/]*//[^/]*@')",
+                    "spec.storage.s3.endpoint must not hold credentials (user:password@ before "
+                    "the host): the endpoint is copied into the contract ConfigMap and a plain "
+                    "environment variable; give the scheme and host only and put the keys in the "
+                    "Secret named by spec.storage.s3.credentialsSecret",
+                ),
             ]
         },
     )
-    """Endpoint of an S3-compatible store (MinIO, Ceph); unset for AWS S3."""
+    """Endpoint of an S3-compatible store (MinIO, Ceph); unset for AWS S3. Scheme and host only:
+    credentials go in credentialsSecret, never in the URL."""
     region: str | None = Field(
         default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$"
     )
