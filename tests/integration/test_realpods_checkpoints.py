@@ -8,8 +8,9 @@ every damaged checkpoint is still in the bucket. Then a head pod killed after Ra
 registered a checkpoint and before the runtime wrote its manifest (the window held open by the
 runtime's test setting): the retry passes over the checkpoint without a manifest.
 
-`make test` runs the first (about 2 minutes); `make test-faults` runs both (the second, marker
-`realpods_manifest_window`, waits 30 s before every manifest and takes about 4.5 minutes).
+`make test` runs the first (about 5 minutes: two drivers start again); `make test-faults` runs
+both (the second, marker `realpods_manifest_window`, waits 30 s before every manifest and takes
+about 4.5 minutes).
 """
 
 from __future__ import annotations
