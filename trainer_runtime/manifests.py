@@ -47,6 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import google_crc32c
 import pyarrow.fs as pafs
 
 from raytrain_contract import checkpoints as ck
@@ -84,7 +85,7 @@ class PyArrowStore:
 
     def read(self, path: str) -> bytes | None:
         try:
-            with self.fs.open_input_stream(path) as f:
+            with self.fs.open_input_stream(path, compression=None) as f:
                 data: bytes = f.read()
                 return data
         except (FileNotFoundError, IsADirectoryError):
@@ -95,7 +96,8 @@ class PyArrowStore:
             raise
 
     def open(self, path: str) -> IO[bytes]:
-        return self.fs.open_input_stream(path)  # type: ignore[no-any-return]
+        # The stored bytes, never decompressed by their name (a checkpoint's "x.gz" stays gzip).
+        return self.fs.open_input_stream(path, compression=None)  # type: ignore[no-any-return]
 
     def write(self, path: str, data: bytes) -> None:
         parent = path.rsplit("/", 1)[0]
@@ -497,21 +499,7 @@ def fetch_verified(
         elif verdict.ok:
             assert verdict.manifest is not None
             local = tempfile.mkdtemp(prefix="checkpoint-", dir=workdir)
-            pafs.copy_files(
-                path,
-                local,
-                source_filesystem=filesystem,
-                destination_filesystem=pafs.LocalFileSystem(),
-                chunk_size=COPY_CHUNK,
-            )
-            verdict = ck.verify(
-                ck.local_store(),
-                local,
-                checksums=True,
-                manifest=verdict.manifest,
-                honour_rejection=False,
-            )
-            verdict.checkpoint = path
+            verdict = download_checked(filesystem, path, local, verdict.manifest, verdict.extra)
             if verdict.ok:
                 return index, Fetched(local, uri(path), rejected, path)
             shutil.rmtree(local, ignore_errors=True)
@@ -529,6 +517,69 @@ def fetch_verified(
     raise NoUsableCheckpoint(
         ck.none_usable_message([ck.Verdict(r.uri, detail=r.reason) for r in rejected], lambda u: u)
     )
+
+
+def download_checked(
+    filesystem: pafs.FileSystem,
+    path: str,
+    local: str,
+    manifest: ck.Manifest,
+    extra: list[str] | None = None,
+) -> ck.Verdict:
+    """Download a checkpoint to ``local``, computing each file's CRC32C as its bytes arrive.
+
+    One pass over the bytes: a thread reads the next chunk from storage while this one is
+    checked and written, so the check costs about nothing beyond the download. The first file
+    whose checksum differs ends it (the verdict says which). ``extra``: files the directory
+    holds beside the manifest's, copied as they are.
+    """
+    import queue
+    import threading
+
+    verdict = ck.Verdict(path, manifest=manifest, checked_checksums=True)
+    base = path.rstrip("/")
+    for entry in sorted(manifest.files, key=lambda e: e.size, reverse=True):
+        target = os.path.join(local, *entry.path.split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        chunks: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=2)
+
+        def read(source: str = f"{base}/{entry.path}", out: Any = chunks) -> None:
+            try:
+                with filesystem.open_input_stream(source, compression=None) as stream:
+                    while chunk := stream.read(COPY_CHUNK):
+                        out.put(chunk)
+                out.put(None)
+            except BaseException as exc:  # handed to the consumer, which raises it
+                out.put(exc)
+
+        reader = threading.Thread(target=read, daemon=True, name="checkpoint-download")
+        reader.start()
+        crc = 0
+        with open(target, "wb") as out:
+            while (chunk := chunks.get()) is not None:
+                if isinstance(chunk, BaseException):
+                    raise chunk
+                crc = google_crc32c.extend(crc, chunk)
+                out.write(chunk)
+        reader.join()
+        if entry.crc32c is not None and f"{crc:08x}" != entry.crc32c:
+            verdict.problem = "checksum"
+            verdict.detail = (
+                f"file {entry.path} has CRC32C {crc:08x}, the manifest says {entry.crc32c}"
+            )
+            return verdict
+        verdict.files_checked += 1
+    for rel in extra or []:
+        target = os.path.join(local, *rel.split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        pafs.copy_files(
+            f"{base}/{rel}",
+            target,
+            source_filesystem=filesystem,
+            destination_filesystem=pafs.LocalFileSystem(),
+            chunk_size=COPY_CHUNK,
+        )
+    return verdict
 
 
 def _agree(index: int) -> int:
@@ -653,21 +704,9 @@ def _run_seed(
         if verdict.ok and not isinstance(handed.filesystem, pafs.LocalFileSystem):
             assert verdict.manifest is not None
             local = f"{workdir}/checkpoint"
-            pafs.copy_files(
-                handed.path,
-                local,
-                source_filesystem=handed.filesystem,
-                destination_filesystem=pafs.LocalFileSystem(),
-                chunk_size=COPY_CHUNK,
+            verdict = download_checked(
+                handed.filesystem, handed.path, local, verdict.manifest, verdict.extra
             )
-            verdict = ck.verify(
-                ck.local_store(),
-                local,
-                checksums=True,
-                manifest=verdict.manifest,
-                honour_rejection=False,
-            )
-            verdict.checkpoint = handed.path
             if verdict.ok:
                 context.checkpoint = Checkpoint(local)
                 return run()

@@ -170,3 +170,25 @@ def test_on_a_mounted_volume_a_checkpoint_is_checked_in_place(tmp_path: Path) ->
     assert (index, fetched.local, fetched.path) == (1, None, old)
     assert [r.problem for r in fetched.rejected] == ["checksum"]
     assert list(workdir.iterdir()) == [], "a mounted checkpoint was copied"
+
+
+def test_a_download_checks_each_file_as_it_arrives_and_never_unpacks_one(tmp_path: Path) -> None:
+    import gzip
+
+    run_dir = tmp_path / "store" / "run"
+    files = {"model.pt": os.urandom(3 << 20), "opt/state.gz": gzip.compress(b"x" * 1000)}
+    dest = save(tmp_path, run_dir, "checkpoint_2026-12-01_00-00-00.000000", files, 0)
+    manifest = ck.read_manifest(ck.local_store(), dest)
+    assert isinstance(manifest, ck.Manifest)
+    (Path(dest) / "notes.txt").write_text("a file the manifest does not list")
+    good = manifests.download_checked(LOCAL, dest, str(tmp_path / "a"), manifest, ["notes.txt"])
+    assert good.ok and good.files_checked == 2
+    for rel, data in files.items():
+        assert (tmp_path / "a" / rel).read_bytes() == data, f"{rel} changed on the way"
+    assert (tmp_path / "a" / "notes.txt").exists()
+
+    data = bytearray(files["model.pt"])
+    data[-1] ^= 0x01
+    Path(dest, "model.pt").write_bytes(bytes(data))
+    bad = manifests.download_checked(LOCAL, dest, str(tmp_path / "b"), manifest)
+    assert bad.problem == "checksum" and bad.reason().startswith("file model.pt has CRC32C")
