@@ -103,6 +103,12 @@ def _warnings(cluster: KubeCluster, namespace: str) -> list[str]:
         for e in events
         if e.get("type") == "Warning"
         and e["involvedObject"]["kind"] in ("RayJob", "RayCluster", "Service", "Job", "Secret")
+        # KubeRay creating a RayCluster its informer has not seen yet (it reconciles again and
+        # goes on): a race of its cache on a busy machine, whatever the names.
+        and not (
+            e.get("reason") == "FailedToCreateRayCluster"
+            and "already exists" in (e.get("message") or "")
+        )
     ]
 
 
