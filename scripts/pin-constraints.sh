@@ -8,6 +8,8 @@
 # pyproject.toml:
 #
 #   bash scripts/pin-constraints.sh            (PYTHON=python3.11 to pick the interpreter)
+#   bash scripts/pin-constraints.sh --keep     (the current pins stay where they still resolve:
+#                                               only what a new dependency needs is added)
 #
 # The resolver runs with --dry-run --ignore-installed, so nothing on this machine changes and
 # what is installed here does not steer the result. It must run on CPython 3.11 on Linux
@@ -27,7 +29,18 @@ if [ "$platform" != "3.11-Linux-x86_64" ]; then
 fi
 
 report="$(mktemp)"
-trap 'rm -f "$report"' EXIT
+keep="$(mktemp)"
+trap 'rm -f "$report" "$keep"' EXIT
+keep_args=()
+if [ "${1:-}" = "--keep" ]; then
+  # The old pins as constraints: a package they name keeps its version, so adding one
+  # dependency does not move the others (and the images rebuild from the same wheels).
+  grep -v '^#' "$OUT" >"$keep"
+  keep_args=(-c "$keep")
+elif [ -n "${1:-}" ]; then
+  echo "pin-constraints.sh: unknown argument '$1' (only --keep)" >&2
+  exit 2
+fi
 # Build requirements come from [build-system].requires: pip builds the project inside the
 # image from the same pinned set, without reaching the index when a wheelhouse is mounted.
 mapfile -t build_reqs < <("$PYTHON" - "$ROOT/pyproject.toml" <<'PY'
@@ -39,7 +52,7 @@ PY
 # PIP_FIND_LINKS and friends from this machine's pip config must not add or hide candidates.
 env -u PIP_FIND_LINKS -u PIP_CONSTRAINT -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL \
   "$PYTHON" -m pip install --quiet --dry-run --ignore-installed --report "$report" \
-  "$ROOT/contract" "$ROOT/sdk" "$ROOT[runtime,dev]" "${build_reqs[@]}"
+  "${keep_args[@]}" "$ROOT/contract" "$ROOT/sdk" "$ROOT[runtime,dev]" "${build_reqs[@]}"
 
 deps_hash="$("$PYTHON" "$ROOT/e2e/images/deps_hash.py" "$ROOT/pyproject.toml")"
 "$PYTHON" - "$report" "$OUT" "$deps_hash" <<'PY'

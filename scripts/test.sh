@@ -85,7 +85,9 @@ local_lane() {
   local rc rc2
   trap 'exit 130' INT
   trap 'exit 143' TERM
-  "${netns[@]}" "$py" -m pytest -p no:cacheprovider --durations=20 -m "$markers" "${local_tests[@]}"
+  # tests/unit/test_template_fuzz.py: 10,000 job and template pairs here, 500 in a bare pytest.
+  RAYTRAIN_FUZZ_PAIRS="${RAYTRAIN_FUZZ_PAIRS:-10000}" \
+    "${netns[@]}" "$py" -m pytest -p no:cacheprovider --durations=20 -m "$markers" "${local_tests[@]}"
   ok5 $?
   rc=$?
   echo "== the local tests (${local_tests[*]}) ended after $(($(date +%s) - started)) s, exit $rc; next: the tests of ${cluster[*]} that need no real node"

@@ -123,12 +123,13 @@ def field_origin(
     """Where a field of the merged spec came from, for messages: " (from <kind> <name>)" when
     the template sets it and the TrainJob does not, else ""."""
     ref = reference(spec)
-    if ref is None or not path or _has(spec, path) or not _has(template, path):
+    if ref is None or not path or has_path(spec, path) or not has_path(template, path):
         return ""
     return f" (from {ref[0]} {ref[1]})"
 
 
-def _has(node: Any, path: tuple[Any, ...]) -> bool:
+def has_path(node: Any, path: tuple[Any, ...]) -> bool:
+    """Whether ``node`` has a value at ``path`` (keys of objects, indexes of lists)."""
     for part in path:
         found = (isinstance(node, Mapping) and part in node) or (
             isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)

@@ -176,3 +176,30 @@ def test_a_cluster_template_serves_every_namespace(
         assert tj["status"]["template"]["kind"] == "ClusterTrainJobTemplate"
     finally:
         kube_cluster.kubectl("delete", "ctjt", cluster_name, "--ignore-not-found", check=False)
+
+
+def test_a_job_and_its_template_that_break_a_rule_together_stall_naming_both(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    """Each object passes the API server alone: the template's numWorkers (5) and the job's
+    workersPerPod (2) break the CRD's rule only once merged. The job stalls saying which field
+    came from where, and nothing is created (before, its RayJob waited forever for a pod of
+    two workers to hold five)."""
+    ns, name = namespace, "split"
+    tmpl = template(
+        "TrainJobTemplate",
+        "five",
+        scaling={"numWorkers": 5, "resourcesPerWorker": {"cpu": "1", "memory": "1Gi"}},
+    )
+    tmpl["spec"]["storage"]["s3"]["credentialsSecret"]["name"] = f"{name}-s3"
+    create(kube_cluster, ns, tmpl)
+    create(kube_cluster, ns, secret(f"{name}-s3"))
+    doc = job(name, {"kind": "TrainJobTemplate", "name": "five"}, scaling={"workersPerPod": 2})
+    create(kube_cluster, ns, doc)
+    stalled = wait_condition(kube_cluster, ns, name, "Stalled")
+    assert stalled["reason"] == "InvalidSpec", stalled
+    message = stalled["message"]
+    assert "spec.scaling.numWorkers must be a multiple of spec.scaling.workersPerPod" in message
+    assert "spec.scaling.numWorkers from TrainJobTemplate five" in message, message
+    assert "spec.scaling.workersPerPod from the TrainJob" in message, message
+    assert get(kube_cluster, ns, "rayjobs.ray.io", f"{name}-0") is None

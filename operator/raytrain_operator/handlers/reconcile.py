@@ -165,6 +165,15 @@ def parse(
         origin = templates.field_origin(own, template, loc[1:] if loc[:1] == ("spec",) else loc)
         fix = "fix this field of the template" if origin else "fix this field of the TrainJob"
         return None, f"{where}{origin}: {first['msg']}; {fix}"
+    if template:
+        # The API server checked the job's own spec, not the merge (api/rules.py). Imported
+        # here: cel-python is loaded only once a job names a template.
+        from raytrain_operator.api import rules
+
+        broken = rules.check(own, template)
+        if broken:
+            reference = templates.reference(own) or ("template", "")
+            return trainjob, rules.explain(broken[0], reference)
     meta = Meta.from_metadata(body["metadata"])
     problems = name_problems(meta.name)
     if problems:
