@@ -79,6 +79,12 @@ def _env_bool(name: str, default: bool) -> bool:
     raise ValueError(f"{name}={value!r}: set it to true or false")
 
 
+def _env_names(name: str) -> frozenset[str]:
+    """A comma-separated list of names (spaces ignored); unset or empty: none."""
+    value = os.environ.get(name) or ""
+    return frozenset(part.strip() for part in value.split(",") if part.strip())
+
+
 def _env_ingress(name: str) -> list[dict[str, Any]]:
     """A JSON list of NetworkPolicy ingress rules; unset or empty: KubeRay to the dashboard."""
     value = (os.environ.get(name) or "").strip()
@@ -116,6 +122,21 @@ class OperatorConfig:
     #: podOverrides.allowEnvFrom): off, a TrainJob cannot load any Secret of its namespace into
     #: its pods' environment.
     allow_env_from: bool = field(default_factory=lambda: _env_bool("RAYTRAIN_ALLOW_ENV_FROM", True))
+    #: Whether a TrainJob may put its pods in the node's network namespace
+    #: (spec.head/workerTemplate.hostNetwork; chart value podOverrides.allowHostNetwork). Off
+    #: by default: a pod on the host network reaches every service on the node's interfaces,
+    #: and the restricted Pod Security profile refuses it. A ClusterTrainJobTemplate that sets
+    #: it grants it to the jobs that name the template (handlers/preflight.py).
+    allow_host_network: bool = field(
+        default_factory=lambda: _env_bool("RAYTRAIN_ALLOW_HOST_NETWORK", False)
+    )
+    #: Volume types a TrainJob may add to its pods beyond those of the restricted Pod Security
+    #: profile (preflight.RESTRICTED_VOLUME_TYPES), e.g. nfs (chart value
+    #: podOverrides.volumeTypes, RAYTRAIN_VOLUME_TYPES comma-separated). None by default: a
+    #: hostPath of /proc on a shared node reads other tenants' environment.
+    volume_types: frozenset[str] = field(
+        default_factory=lambda: _env_names("RAYTRAIN_VOLUME_TYPES")
+    )
     #: Whether each TrainJob gets a NetworkPolicy that admits to its pods only its own pods and
     #: the peers below (chart value networkPolicy.enabled; builders/network.py).
     network_policy: bool = field(default_factory=lambda: _env_bool("RAYTRAIN_NETWORK_POLICY", True))

@@ -23,13 +23,14 @@ from test_operator import (
     crds,
     create,
     get,
+    operator,
     secret,
     trainjob,
     wait_condition,
 )
 
 pytestmark = pytest.mark.integration
-__all__ = ["crds"]  # the module-scoped fixture that applies the CRDs
+__all__ = ["crds", "operator"]  # fixtures used by name
 
 TRAINJOBS = "trainjobs.raytrain.dev"
 
@@ -117,3 +118,63 @@ def test_forbidden_overrides_stall_before_anything_is_created(
         "reason"
     ) == "OverrideForbidden"
     assert get(kube_cluster, ns, "rayjobs.ray.io", "env-0") is None
+
+
+def test_a_host_path_is_refused_with_the_default_settings_unless_a_cluster_template_grants_it(
+    kube_cluster: KubeCluster, namespace: str, operator: Operator
+) -> None:
+    """A tenant's job mounting the node's /proc (other tenants' environment, their keys among
+    it) stalls with the chart's defaults; the same volume from a ClusterTrainJobTemplate, which
+    only a cluster administrator can write, is a grant the job names. A namespaced template
+    grants nothing."""
+    ns = namespace
+    proc = {"name": "host-proc", "hostPath": {"path": "/proc"}}
+    mount = {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True}
+    create(kube_cluster, ns, secret("peek-s3"))
+    create(
+        kube_cluster,
+        ns,
+        trainjob("peek", workerTemplate={"volumes": [proc], "volumeMounts": [mount]}),
+    )
+    stalled = wait_condition(kube_cluster, ns, "peek", "Stalled")
+    assert stalled["reason"] == "OverrideForbidden", stalled
+    message = stalled["message"]
+    assert message.startswith(
+        'spec.workerTemplate.volumes[0] (\'host-proc\'): a hostPath volume ({"path": "/proc"}) '
+        "is not allowed here"
+    ), message
+    assert "podOverrides.volumeTypes" in message and "ClusterTrainJobTemplate" in message
+    nothing_created(kube_cluster, ns, "peek")
+
+    # A namespaced TrainJobTemplate with the volume: still refused.
+    spec = trainjob("x")["spec"]
+    namespaced = {
+        "apiVersion": "raytrain.dev/v1alpha1",
+        "kind": "TrainJobTemplate",
+        "metadata": {"name": "with-proc"},
+        "spec": {**spec, "workerTemplate": {"volumes": [proc], "volumeMounts": [mount]}},
+    }
+    namespaced["spec"]["storage"]["s3"]["credentialsSecret"]["name"] = "peek-s3"
+    create(kube_cluster, ns, namespaced)
+    job = trainjob("peek-ns")
+    job["spec"] = {"template": {"kind": "TrainJobTemplate", "name": "with-proc"}}
+    create(kube_cluster, ns, job)
+    assert wait_condition(kube_cluster, ns, "peek-ns", "Stalled")["reason"] == "OverrideForbidden"
+    nothing_created(kube_cluster, ns, "peek-ns")
+
+    # The same volume from a ClusterTrainJobTemplate: granted.
+    granted = f"{ns}-with-proc"[:63].rstrip("-")
+    cluster_template = {**namespaced, "kind": "ClusterTrainJobTemplate"}
+    cluster_template["metadata"] = {"name": granted}
+    kube_cluster.kubectl("create", "-f", "-", input=json.dumps(cluster_template))
+    try:
+        job = trainjob("granted")
+        job["spec"] = {"template": {"name": granted}}
+        create(kube_cluster, ns, job)
+        rayjob = wait_for(
+            lambda: get(kube_cluster, ns, "rayjobs.ray.io", "granted-0"), T_CREATE, "RayJob"
+        )
+        worker = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+        assert proc in worker["volumes"]
+    finally:
+        kube_cluster.kubectl("delete", "ctjt", granted, "--ignore-not-found", check=False)

@@ -14,6 +14,8 @@ RayJob must be what KubeRay would write back.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -77,8 +79,29 @@ def surface(name: str) -> dict[str, Any]:
     return job
 
 
+@pytest.fixture
+def granting_operator(
+    kube_cluster: KubeCluster,
+    namespace: str,
+    crds: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Operator]:
+    """The operator as the chart runs it with podOverrides.allowHostNetwork: the job below
+    uses hostNetwork, which the defaults refuse (test_override_policy_server.py)."""
+    # KubeCluster.env copies os.environ when the operator starts.
+    monkeypatch.setenv("RAYTRAIN_ALLOW_HOST_NETWORK", "true")
+    op = Operator(kube_cluster, namespace, tmp_path / "operator.log")
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+        print(f"--- operator log ({op.log}) ---\n{op.tail(200)}")
+
+
 def test_every_new_pod_field_survives_kuberays_schema(
-    kube_cluster: KubeCluster, namespace: str, operator: Operator
+    kube_cluster: KubeCluster, namespace: str, granting_operator: Operator
 ) -> None:
     name = "surface"
     create(kube_cluster, namespace, secret(f"{name}-s3"))

@@ -780,31 +780,63 @@ def test_a_worker_on_the_hosts_network_trains_behind_the_jobs_network_policy(
     so (see the second half).
     """
     cluster = real_world.cluster
+    # The job's own hostNetwork is refused: the chart's default grants it to no job.
     for doc in trainjob_on_real_node(DIGITS, name="hostnet", epochs=2):
         if doc["kind"] == "TrainJob":
             doc["spec"]["workerTemplate"]["hostNetwork"] = True
             doc["spec"]["scaling"]["numWorkers"] = 1
         cluster.apply(doc, namespace=namespace)
-    done = wait_condition(cluster, namespace, "hostnet", "Succeeded", START_TIMEOUT + TRAIN_TIMEOUT)
-    assert done["status"]["trainerStatus"]["epoch"] == 1
-    assert float(_metric(done, "accuracy") or 0) > 0.3
+    refused = condition(
+        wait_condition(cluster, namespace, "hostnet", "Stalled", START_TIMEOUT), "Stalled"
+    )
+    assert refused is not None and refused["reason"] == "OverrideForbidden", refused
+    assert "podOverrides.allowHostNetwork" in refused["message"], refused
+    cluster.kubectl("delete", "trainjob", "hostnet", "-n", namespace, "--wait=true")
 
-    # Two host-network workers on the one node: the second cannot be placed, and the TrainJob
-    # says why instead of waiting in silence.
-    for doc in trainjob_on_real_node(DIGITS, name="hostnet2", epochs=2):
-        if doc["kind"] == "TrainJob":
-            doc["spec"]["workerTemplate"]["hostNetwork"] = True
+    # A cluster administrator's ClusterTrainJobTemplate grants it to the jobs that name it.
+    grant = f"{namespace}-hostnet"
+    cluster.apply(
+        {
+            "apiVersion": "raytrain.dev/v1alpha1",
+            "kind": "ClusterTrainJobTemplate",
+            "metadata": {"name": grant},
+            "spec": {"workerTemplate": {"hostNetwork": True}},
+        }
+    )
+    try:
+        for doc in trainjob_on_real_node(DIGITS, name="hostnet", epochs=2):
+            if doc["kind"] == "TrainJob":
+                doc["spec"]["template"] = {"name": grant}
+                doc["spec"]["scaling"]["numWorkers"] = 1
             cluster.apply(doc, namespace=namespace)
+        done = wait_condition(
+            cluster, namespace, "hostnet", "Succeeded", START_TIMEOUT + TRAIN_TIMEOUT
+        )
+        assert done["status"]["trainerStatus"]["epoch"] == 1
+        assert float(_metric(done, "accuracy") or 0) > 0.3
 
-    def unschedulable() -> str | None:
-        c = condition(_trainjob(real_world, namespace, "hostnet2"), "Reconciling")
-        if c and c.get("reason") == "Unschedulable":
-            return str(c.get("message"))
-        return None
+        # Two host-network workers on the one node: the second cannot be placed, and the
+        # TrainJob says why instead of waiting in silence.
+        for doc in trainjob_on_real_node(DIGITS, name="hostnet2", epochs=2):
+            if doc["kind"] == "TrainJob":
+                doc["spec"]["template"] = {"name": grant}
+                cluster.apply(doc, namespace=namespace)
 
-    message = wait_for(unschedulable, timeout=START_TIMEOUT, what="hostnet2 Unschedulable")
-    assert "free ports" in message and "spec.scaling.workersPerPod" in message, message
-    cluster.kubectl("delete", "trainjob", "hostnet2", "-n", namespace, "--wait=true", check=False)
+        def unschedulable() -> str | None:
+            c = condition(_trainjob(real_world, namespace, "hostnet2"), "Reconciling")
+            if c and c.get("reason") == "Unschedulable":
+                return str(c.get("message"))
+            return None
+
+        message = wait_for(unschedulable, timeout=START_TIMEOUT, what="hostnet2 Unschedulable")
+        assert "free ports" in message and "spec.scaling.workersPerPod" in message, message
+        cluster.kubectl(
+            "delete", "trainjob", "hostnet2", "-n", namespace, "--wait=true", check=False
+        )
+    finally:
+        cluster.kubectl(
+            "delete", "clustertrainjobtemplate", grant, "--ignore-not-found", check=False
+        )
 
 
 # Long enough that both workers are checked while the job still trains.

@@ -685,6 +685,27 @@ def test_multi_tenant_profile_forbids_both_overrides(
     assert policy(docs, "status") and policy(docs, "scope")
 
 
+def test_the_pod_policy_grants_reach_the_operator(
+    helm: str, default: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """podOverrides.allowHostNetwork and podOverrides.volumeTypes: unset by default (the
+    operator then grants neither), passed on when an administrator sets them."""
+    from raytrain_operator.settings import OperatorConfig
+
+    env = operator_env(default)
+    assert "RAYTRAIN_ALLOW_HOST_NETWORK" not in env and "RAYTRAIN_VOLUME_TYPES" not in env
+    docs = render(
+        helm,
+        "--set", "podOverrides.allowHostNetwork=true",
+        "--set", "podOverrides.volumeTypes={nfs,hostPath}",
+    )  # fmt: skip
+    env = operator_env(docs)
+    for name in ("RAYTRAIN_ALLOW_HOST_NETWORK", "RAYTRAIN_VOLUME_TYPES"):
+        monkeypatch.setenv(name, env[name])
+    config = OperatorConfig()
+    assert config.allow_host_network and config.volume_types == {"nfs", "hostPath"}
+
+
 # ------------------------------------------------------------------------------- peering
 
 

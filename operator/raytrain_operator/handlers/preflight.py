@@ -149,6 +149,108 @@ def override_problem(trainjob: TrainJob, config: OperatorConfig) -> Problem | No
     return None
 
 
+#: The volume types the restricted Pod Security profile allows (Kubernetes' "Pod Security
+#: Standards", restricted: "Volume Types"). Every other type (hostPath, nfs, iscsi, ...)
+#: reaches past the pod: it must be granted (OperatorConfig.volume_types, or a
+#: ClusterTrainJobTemplate that sets the volume).
+RESTRICTED_VOLUME_TYPES = frozenset(
+    {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+)
+CLUSTER_TEMPLATE = "ClusterTrainJobTemplate"
+_RAW_OVERRIDES = (("head", "spec.head"), ("workerTemplate", "spec.workerTemplate"))
+
+
+def _volume_type(volume: Mapping[str, Any]) -> str:
+    kinds = sorted(k for k in volume if k != "name")
+    return kinds[0] if len(kinds) == 1 else "/".join(kinds) or "(no source)"
+
+
+def _named(entries: Any, name: Any) -> Mapping[str, Any] | None:
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            return entry
+    return None
+
+
+def pod_policy_problem(
+    trainjob: TrainJob,
+    config: OperatorConfig,
+    own: Mapping[str, Any] | None = None,
+    template: Mapping[str, Any] | None = None,
+) -> Problem | None:
+    """A volume type or hostNetwork past the restricted Pod Security profile that nobody with
+    the right to grant it granted.
+
+    Who may grant it: the cluster administrator, for every job (chart values
+    podOverrides.volumeTypes and podOverrides.allowHostNetwork), or for the jobs that name a
+    ClusterTrainJobTemplate, by setting it in that template (only a cluster administrator can
+    write one). A namespaced TrainJobTemplate grants nothing: whoever may create TrainJobs in a
+    namespace may usually write its templates too. ``own`` and ``template`` are the job's own
+    spec and its template's (raw), to tell where a value came from.
+    """
+    spec = trainjob.spec
+    own = own or {}
+    granted = template if templates.reference(own) and _kind(own) == CLUSTER_TEMPLATE else None
+    for key, path in _RAW_OVERRIDES:
+        overrides = getattr(spec, "head" if key == "head" else "worker_template")
+        if overrides is None:
+            continue
+        mine = _object(own.get(key))
+        theirs = _object((granted or {}).get(key))
+        for i, volume in enumerate(overrides.volumes or []):
+            kind = _volume_type(volume)
+            if kind in RESTRICTED_VOLUME_TYPES or kind in config.volume_types:
+                continue
+            name = volume.get("name")
+            if (
+                _named(mine.get("volumes"), name) is None
+                and _named(theirs.get("volumes"), name) == volume
+            ):
+                continue
+            return (
+                "OverrideForbidden",
+                f"{path}.volumes[{i}] ({name!r}): a {kind} volume "
+                f"({json.dumps(volume.get(kind), sort_keys=True)}) is not allowed here: TrainJob "
+                "pods get only the volume types of the restricted Pod Security profile "
+                f"({', '.join(sorted(RESTRICTED_VOLUME_TYPES))}). Use one of those (a "
+                "persistentVolumeClaim for shared data), or ask a cluster administrator to grant "
+                f"{kind}: for every job with the chart value podOverrides.volumeTypes, or for "
+                "some jobs with a ClusterTrainJobTemplate that sets this volume and that they "
+                "name in spec.template",
+            )
+        if overrides.host_network and not config.allow_host_network:
+            if "hostNetwork" not in mine and theirs.get("hostNetwork") is True:
+                continue
+            return (
+                "OverrideForbidden",
+                f"{path}.hostNetwork: true is not allowed here: a pod on the node's network "
+                "reaches every service listening on the node, and the restricted Pod Security "
+                f"profile refuses it. Remove {path}.hostNetwork, or ask a cluster administrator "
+                "to grant it: for every job with the chart value podOverrides.allowHostNetwork, "
+                "or for some jobs with a ClusterTrainJobTemplate that sets it and that they name "
+                "in spec.template",
+            )
+    return None
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _kind(own: Mapping[str, Any]) -> str:
+    ref = templates.reference(own)
+    return ref[0] if ref else ""
+
+
 def secret_key_names(namespace: str, name: str) -> set[str] | None:
     """Names of a Secret's keys, or None when it does not exist; its values are never kept or
     logged (k8s.secret_keys)."""
@@ -180,9 +282,21 @@ def claim_problem(trainjob: TrainJob, namespace: str) -> Problem | None:
     return None
 
 
-def check(trainjob: TrainJob, meta: Meta, config: OperatorConfig | None = None) -> Problem | None:
-    """(reason, message) of the first problem found, or None when the RayJob can be created."""
-    problem = spec_problem(trainjob, meta) or override_problem(trainjob, config or OperatorConfig())
+def check(
+    trainjob: TrainJob,
+    meta: Meta,
+    config: OperatorConfig | None = None,
+    own: Mapping[str, Any] | None = None,
+    template: Mapping[str, Any] | None = None,
+) -> Problem | None:
+    """(reason, message) of the first problem found, or None when the RayJob can be created.
+    ``own`` and ``template``: the job's own spec and its template's, as written."""
+    config = config or OperatorConfig()
+    problem = (
+        spec_problem(trainjob, meta)
+        or override_problem(trainjob, config)
+        or pod_policy_problem(trainjob, config, own, template)
+    )
     if problem is not None:
         return problem
     ns = meta.namespace

@@ -311,7 +311,7 @@ def _pass(
             ):
                 pods, events = attempt_evidence(state, rayjob, raycluster_index, meta, attempt)
         if machine.needs_preflight(status, rayjob) and not older:
-            problem = preflight.check(trainjob, meta, state.config)
+            problem = preflight.check(trainjob, meta, state.config, resolved.own, resolved.template)
             if problem is None:
                 resume_from, problem = preflight.resume_source(trainjob, meta, status)
 

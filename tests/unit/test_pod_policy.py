@@ -1,0 +1,107 @@
+"""What a TrainJob may put into its pods past the restricted Pod Security profile: a volume type
+outside its list, or hostNetwork. An administrator grants either for every job (chart values
+podOverrides.volumeTypes / allowHostNetwork) or for the jobs that name a ClusterTrainJobTemplate
+that sets it; nobody else can (handlers/preflight.py, pod_policy_problem)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from _factories import BASE
+
+from raytrain_contract.api import templates
+from raytrain_contract.api.v1alpha1 import TrainJob
+from raytrain_operator.handlers.preflight import RESTRICTED_VOLUME_TYPES, pod_policy_problem
+from raytrain_operator.settings import OperatorConfig
+
+PROC = {"name": "host-proc", "hostPath": {"path": "/proc"}}
+MOUNT = {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True}
+NFS = {"name": "datasets", "nfs": {"server": "filer", "path": "/datasets"}}
+DEFAULTS = OperatorConfig()
+
+
+def merged(own: dict[str, Any], template: dict[str, Any] | None = None) -> TrainJob:
+    spec = templates.merge(template, own) if template else own
+    return TrainJob.model_validate({"metadata": BASE["metadata"], "spec": spec})
+
+
+def own_spec(**extra: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(BASE["spec"])
+    spec.update(extra)
+    return spec
+
+
+def test_the_defaults_grant_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAYTRAIN_ALLOW_HOST_NETWORK", raising=False)
+    monkeypatch.delenv("RAYTRAIN_VOLUME_TYPES", raising=False)
+    config = OperatorConfig()
+    assert config.allow_host_network is False and config.volume_types == frozenset()
+
+
+def test_a_host_path_is_refused_naming_the_field_the_value_and_who_can_grant_it() -> None:
+    spec = own_spec(workerTemplate={"volumes": [PROC], "volumeMounts": [MOUNT]})
+    problem = pod_policy_problem(merged(spec), DEFAULTS, spec, {})
+    assert problem is not None
+    reason, message = problem
+    assert reason == "OverrideForbidden"
+    assert message.startswith(
+        "spec.workerTemplate.volumes[0] ('host-proc'): a hostPath volume "
+        '({"path": "/proc"}) is not allowed here'
+    )
+    assert "podOverrides.volumeTypes" in message and "ClusterTrainJobTemplate" in message
+
+
+@pytest.mark.parametrize("kind", sorted(RESTRICTED_VOLUME_TYPES))
+def test_the_restricted_profiles_volume_types_pass(kind: str) -> None:
+    volume = {"name": "v", kind: {}}
+    spec = own_spec(head={"volumes": [volume]})
+    assert pod_policy_problem(merged(spec), DEFAULTS, spec, {}) is None
+
+
+def test_the_chart_value_grants_a_type_to_every_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYTRAIN_VOLUME_TYPES", "nfs, hostPath")
+    config = OperatorConfig()
+    assert config.volume_types == {"nfs", "hostPath"}
+    spec = own_spec(workerTemplate={"volumes": [NFS, PROC]})
+    assert pod_policy_problem(merged(spec), config, spec, {}) is None
+    only_nfs = OperatorConfig(volume_types=frozenset({"nfs"}))
+    problem = pod_policy_problem(merged(spec), only_nfs, spec, {})
+    assert problem is not None and "volumes[1] ('host-proc')" in problem[1]
+
+
+def test_host_network_is_refused_unless_granted(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = own_spec(head={"hostNetwork": True})
+    problem = pod_policy_problem(merged(spec), DEFAULTS, spec, {})
+    assert problem is not None
+    assert problem[1].startswith("spec.head.hostNetwork: true is not allowed here")
+    assert "podOverrides.allowHostNetwork" in problem[1]
+    monkeypatch.setenv("RAYTRAIN_ALLOW_HOST_NETWORK", "true")
+    assert pod_policy_problem(merged(spec), OperatorConfig(), spec, {}) is None
+
+
+def test_a_cluster_template_grants_what_it_sets_to_the_jobs_that_name_it() -> None:
+    template = {"workerTemplate": {"volumes": [PROC], "hostNetwork": True}}
+    own = own_spec(template={"name": "node-debug"}, workerTemplate={"volumeMounts": [MOUNT]})
+    assert pod_policy_problem(merged(own, template), DEFAULTS, own, template) is None
+
+
+def test_a_namespaced_template_grants_nothing() -> None:
+    template = {"workerTemplate": {"volumes": [PROC]}}
+    own = own_spec(template={"kind": "TrainJobTemplate", "name": "mine"})
+    problem = pod_policy_problem(merged(own, template), DEFAULTS, own, template)
+    assert problem is not None and "hostPath" in problem[1]
+
+
+def test_a_job_cannot_change_what_the_cluster_template_granted() -> None:
+    """The job's own entry of the same name replaces the template's: it is the job's volume."""
+    template = {"workerTemplate": {"volumes": [PROC]}}
+    elsewhere = {"name": "host-proc", "hostPath": {"path": "/var/run"}}
+    own = own_spec(template={"name": "node-debug"}, workerTemplate={"volumes": [elsewhere]})
+    problem = pod_policy_problem(merged(own, template), DEFAULTS, own, template)
+    assert problem is not None and '"/var/run"' in problem[1]
+    # Nor can it set hostNetwork itself beside a template that grants only volumes.
+    own = own_spec(template={"name": "node-debug"}, head={"hostNetwork": True})
+    problem = pod_policy_problem(merged(own, template), DEFAULTS, own, template)
+    assert problem is not None and problem[1].startswith("spec.head.hostNetwork")
