@@ -16,6 +16,7 @@ API server's alone.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -205,8 +206,42 @@ def _to_cel(schema: Mapping[str, Any], value: Any) -> Any:
     return json_to_cel(value)
 
 
-def _evaluate(found: Rule, schema: Mapping[str, Any], value: Any) -> tuple[bool, str]:
-    activation = {"self": _to_cel(schema, value)}
+#: Verdicts by (rule, schema, value): jobs made from one template share most of their values,
+#: and cel-python takes milliseconds per rule. Bounded; cleared when full.
+_VERDICTS: dict[tuple[Rule, int, str], tuple[bool, str]] = {}
+_VERDICTS_MAX = 20_000
+
+
+#: A check's values, by (id(value), id(schema), the keys a rule reads of it): their JSON (the
+#: verdicts' key) and their CEL form, each made once however many rules read the same part.
+Memo = dict[tuple[int, int, frozenset[str] | None], list[Any]]
+
+
+def _evaluate_once(
+    found: Rule, schema: Mapping[str, Any], value: Any, memo: Memo
+) -> tuple[bool, str]:
+    """_evaluate, remembered: the same rule on the same value gives the same verdict."""
+    keys = _keys_read(found) if isinstance(value, Mapping) else None
+    part = value if keys is None else {k: v for k, v in value.items() if k in keys}
+    entry = memo.get((id(value), id(schema), keys))
+    if entry is None:
+        entry = [json.dumps(part, sort_keys=True, separators=(",", ":")), None]
+        memo[(id(value), id(schema), keys)] = entry
+    key = (found, id(schema), str(entry[0]))
+    verdict = _VERDICTS.get(key)
+    if verdict is None:
+        if entry[1] is None:
+            entry[1] = _to_cel(schema, part)
+        verdict = _evaluate(found, entry[1])
+        if len(_VERDICTS) >= _VERDICTS_MAX:
+            _VERDICTS.clear()
+        _VERDICTS[key] = verdict
+    return verdict
+
+
+def _evaluate(found: Rule, value: Any) -> tuple[bool, str]:
+    """The verdict of one rule on ``value`` (a CEL value) and, when it fails, its message."""
+    activation = {"self": value}
     try:
         result = _program(found.rule).evaluate(activation)
     except (CELEvalError, TypeError, ValueError) as exc:
@@ -225,6 +260,25 @@ def _evaluate(found: Rule, schema: Mapping[str, Any], value: Any) -> tuple[bool,
         if isinstance(said, str) and said:
             message = str(said)
     return False, message
+
+
+#: `self`, with the key it reads when one follows (`self.a`), not a method (`self.all(`).
+_SELF = re.compile(r"\bself\b(\.[A-Za-z_][A-Za-z0-9_]*(?![A-Za-z0-9_]*\())?")
+
+
+@functools.cache
+def _keys_read(found: Rule) -> frozenset[str] | None:
+    """The keys of `self` a rule (and its message) reads, when it reads `self` only through
+    them (`self.a`, `self.b.c`); None when it reads `self` itself (`self.all(...)`). A rule
+    is then evaluated on those keys alone: the same verdict, and a key for the verdicts that
+    other jobs' specs share (a rule on spec reads a few of its fields, not all)."""
+    keys: set[str] = set()
+    for text in (found.rule, found.message_expression or ""):
+        for match in _SELF.finditer(text):
+            if match.group(1) is None:
+                return None
+            keys.add(match.group(1)[1:])
+    return frozenset(keys)
 
 
 def _referenced(found: Rule) -> list[tuple[str, ...]]:
@@ -259,8 +313,9 @@ def check(own: Mapping[str, Any], template: Mapping[str, Any]) -> list[Refusal]:
     # to evaluate on it (the API server checks the schema before its rules, too).
     wrong_types = [f for f in found_rules if f[1].rule == _WRONG]
     refusals: list[Refusal] = []
+    memo: Memo = {}
     for path, found, schema, value in wrong_types or found_rules:
-        ok, message = _evaluate(found, schema, value)
+        ok, message = _evaluate_once(found, schema, value, memo)
         if ok:
             continue
         fields: list[tuple[Path, bool]] = []
