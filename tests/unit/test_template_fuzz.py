@@ -122,7 +122,7 @@ def unclear(message: str) -> str | None:
         return "does not start with the field it is about"
     if "; " not in message:
         return "says no fix"
-    for word in ("pydantic", "errors.pydantic.dev", "Traceback", "object at 0x"):
+    for word in ("pydantic", "Traceback", "object at 0x", "CELEvalError", "could not be evaluated"):
         if word in message:
             return f"carries {word!r}"
     return None

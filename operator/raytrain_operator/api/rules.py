@@ -145,16 +145,22 @@ _WRONG = "false"
 
 
 def _type_rule(schema: Mapping[str, Any], value: Any) -> Rule | None:
-    """The schema's type, as a rule the value already broke (pydantic would have coerced
-    "yes" to true and "2" to 2, which the API server refuses); None when the type is right."""
+    """The schema's type and required keys, as a rule the value already broke (pydantic would
+    have coerced "yes" to true and "2" to 2, which the API server refuses); None when both are
+    right."""
     if schema.get("x-kubernetes-int-or-string"):
         if isinstance(value, str) or _TYPES["integer"](value):
             return None
         return Rule(_WRONG, "must be an integer or a string", None)
     wanted = schema.get("type")
-    if not isinstance(wanted, str) or wanted not in _TYPES or _TYPES[wanted](value):
-        return None
-    return Rule(_WRONG, f"{value!r} must be of type {wanted}", None)
+    if isinstance(wanted, str) and wanted in _TYPES and not _TYPES[wanted](value):
+        return Rule(_WRONG, f"{value!r} must be of type {wanted}", None)
+    missing = [
+        k for k in schema.get("required") or () if isinstance(value, Mapping) and k not in value
+    ]
+    if missing:
+        return Rule(_WRONG, f"{', '.join(missing)} is required here", None)
+    return None
 
 
 Found = tuple[Path, Rule, Mapping[str, Any], Any]
