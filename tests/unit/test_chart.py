@@ -171,8 +171,10 @@ def test_default_renders_the_expected_objects(default: list[dict[str, Any]]) -> 
         "Deployment",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",  # operator scope
         "ValidatingAdmissionPolicy",  # runtime scope
         "ValidatingAdmissionPolicy",  # runtime status
+        "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicyBinding",
     ]
@@ -646,7 +648,7 @@ def test_runtime_scope_policy_matches_only_tokens_of_the_jobs_ray_pods(
     ],
 )
 def test_each_runtime_policy_can_be_turned_off(helm: str, flag: str, left: str) -> None:
-    docs = render(helm, "--set", flag)
+    docs = render(helm, "--set", flag, "--set", "operatorScopePolicy.enabled=false")
     names = [d["metadata"]["name"] for d in docs if d["kind"].startswith("ValidatingAdmission")]
     assert names and all(n.endswith(f"-runtime-{left}") for n in names), names
 
@@ -704,6 +706,36 @@ def test_the_pod_policy_grants_reach_the_operator(
         monkeypatch.setenv(name, env[name])
     config = OperatorConfig()
     assert config.allow_host_network and config.volume_types == {"nfs", "hostPath"}
+
+
+def test_the_operator_scope_policy_matches_the_operators_account_only(
+    helm: str, default: list[dict[str, Any]]
+) -> None:
+    """It binds the operator's own account (and no other) to the children it makes; turned
+    off, it is gone."""
+    (vap,) = [
+        d
+        for d in default
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        and d["metadata"]["name"].endswith("-operator-scope")
+    ]
+    account = one(default, "ServiceAccount")["metadata"]
+    (condition,) = vap["spec"]["matchConditions"]
+    operator = f"system:serviceaccount:{account['namespace']}:{account['name']}"
+    assert condition["expression"] == f"request.userInfo.username == '{operator}'"
+    assert vap["spec"]["failurePolicy"] == "Fail"
+    written = {
+        r for rule in vap["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]
+    }
+    # Every kind the operator's RBAC lets it create or delete, TrainJobs aside (its parent).
+    creatable = set()
+    for role in (d for d in default if d["kind"] == "ClusterRole"):
+        for rule in role["rules"]:
+            if {"create", "delete"} & set(rule["verbs"]) and "events" not in rule["resources"]:
+                creatable |= set(rule["resources"])
+    assert creatable <= written, creatable - written
+    docs = render(helm, "--set", "operatorScopePolicy.enabled=false")
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-operator-scope")]
 
 
 # ------------------------------------------------------------------------------- peering
