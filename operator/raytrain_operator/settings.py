@@ -130,6 +130,13 @@ class OperatorConfig:
     allow_host_network: bool = field(
         default_factory=lambda: _env_bool("RAYTRAIN_ALLOW_HOST_NETWORK", False)
     )
+    #: Whether a TrainJob may set spec.network (chart value podOverrides.allowNetworkProfiles),
+    #: whose profiles add the IPC_LOCK capability to the workers: the restricted Pod Security
+    #: profile adds none. Off by default; a ClusterTrainJobTemplate that sets spec.network
+    #: grants it to the jobs that name the template.
+    allow_network_profiles: bool = field(
+        default_factory=lambda: _env_bool("RAYTRAIN_ALLOW_NETWORK_PROFILES", False)
+    )
     #: Volume types a TrainJob may add to its pods beyond those of the restricted Pod Security
     #: profile (preflight.RESTRICTED_VOLUME_TYPES), e.g. nfs (chart value
     #: podOverrides.volumeTypes, RAYTRAIN_VOLUME_TYPES comma-separated). None by default: a

@@ -87,10 +87,12 @@ def granting_operator(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Operator]:
-    """The operator as the chart runs it with podOverrides.allowHostNetwork: the job below
-    uses hostNetwork, which the defaults refuse (test_override_policy_server.py)."""
+    """The operator as the chart runs it with podOverrides.allowHostNetwork and
+    allowNetworkProfiles: the job below uses hostNetwork and spec.network, which the defaults
+    refuse (test_override_policy_server.py)."""
     # KubeCluster.env copies os.environ when the operator starts.
     monkeypatch.setenv("RAYTRAIN_ALLOW_HOST_NETWORK", "true")
+    monkeypatch.setenv("RAYTRAIN_ALLOW_NETWORK_PROFILES", "true")
     op = Operator(kube_cluster, namespace, tmp_path / "operator.log")
     op.start()
     try:

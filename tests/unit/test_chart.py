@@ -695,17 +695,25 @@ def test_the_pod_policy_grants_reach_the_operator(
     from raytrain_operator.settings import OperatorConfig
 
     env = operator_env(default)
-    assert "RAYTRAIN_ALLOW_HOST_NETWORK" not in env and "RAYTRAIN_VOLUME_TYPES" not in env
+    assert not {"RAYTRAIN_ALLOW_HOST_NETWORK", "RAYTRAIN_ALLOW_NETWORK_PROFILES"} & set(env)
+    assert "RAYTRAIN_VOLUME_TYPES" not in env
     docs = render(
         helm,
         "--set", "podOverrides.allowHostNetwork=true",
+        "--set", "podOverrides.allowNetworkProfiles=true",
         "--set", "podOverrides.volumeTypes={nfs,hostPath}",
     )  # fmt: skip
     env = operator_env(docs)
-    for name in ("RAYTRAIN_ALLOW_HOST_NETWORK", "RAYTRAIN_VOLUME_TYPES"):
+    names = (
+        "RAYTRAIN_ALLOW_HOST_NETWORK",
+        "RAYTRAIN_ALLOW_NETWORK_PROFILES",
+        "RAYTRAIN_VOLUME_TYPES",
+    )
+    for name in names:
         monkeypatch.setenv(name, env[name])
     config = OperatorConfig()
-    assert config.allow_host_network and config.volume_types == {"nfs", "hostPath"}
+    assert config.allow_host_network and config.allow_network_profiles
+    assert config.volume_types == {"nfs", "hostPath"}
 
 
 def test_the_operator_scope_policy_matches_the_operators_account_only(

@@ -105,3 +105,21 @@ def test_a_job_cannot_change_what_the_cluster_template_granted() -> None:
     own = own_spec(template={"name": "node-debug"}, head={"hostNetwork": True})
     problem = pod_policy_problem(merged(own, template), DEFAULTS, own, template)
     assert problem is not None and problem[1].startswith("spec.head.hostNetwork")
+
+
+def test_a_network_profile_needs_a_grant(monkeypatch: pytest.MonkeyPatch) -> None:
+    """spec.network adds IPC_LOCK to the workers: past the restricted profile."""
+    network = {"profile": "infiniband", "devicesPerPod": 1}
+    spec = own_spec(network=network)
+    problem = pod_policy_problem(merged(spec), DEFAULTS, spec, {})
+    assert problem is not None
+    assert problem[1].startswith("spec.network: profile infiniband is not allowed here")
+    assert "IPC_LOCK" in problem[1] and "podOverrides.allowNetworkProfiles" in problem[1]
+    monkeypatch.setenv("RAYTRAIN_ALLOW_NETWORK_PROFILES", "true")
+    assert pod_policy_problem(merged(spec), OperatorConfig(), spec, {}) is None
+    # From a ClusterTrainJobTemplate: granted; from a namespaced one: not.
+    template = {"network": network}
+    own = own_spec(template={"name": "rdma"})
+    assert pod_policy_problem(merged(own, template), DEFAULTS, own, template) is None
+    own = own_spec(template={"kind": "TrainJobTemplate", "name": "rdma"})
+    assert pod_policy_problem(merged(own, template), DEFAULTS, own, template) is not None

@@ -187,11 +187,12 @@ def pod_policy_problem(
     own: Mapping[str, Any] | None = None,
     template: Mapping[str, Any] | None = None,
 ) -> Problem | None:
-    """A volume type or hostNetwork past the restricted Pod Security profile that nobody with
-    the right to grant it granted.
+    """A volume type, hostNetwork or spec.network (IPC_LOCK) past the restricted Pod Security
+    profile that nobody with the right to grant it granted.
 
     Who may grant it: the cluster administrator, for every job (chart values
-    podOverrides.volumeTypes and podOverrides.allowHostNetwork), or for the jobs that name a
+    podOverrides.volumeTypes, allowHostNetwork and allowNetworkProfiles), or for the jobs that
+    name a
     ClusterTrainJobTemplate, by setting it in that template (only a cluster administrator can
     write one). A namespaced TrainJobTemplate grants nothing: whoever may create TrainJobs in a
     namespace may usually write its templates too. ``own`` and ``template`` are the job's own
@@ -200,6 +201,20 @@ def pod_policy_problem(
     spec = trainjob.spec
     own = own or {}
     granted = template if templates.reference(own) and _kind(own) == CLUSTER_TEMPLATE else None
+    if spec.network is not None and not config.allow_network_profiles:
+        from_template = "network" not in own and _object((granted or {}).get("network"))
+        if not from_template:
+            profile = spec.network.profile.value
+            return (
+                "OverrideForbidden",
+                f"spec.network: profile {profile} is not allowed here: it adds the IPC_LOCK "
+                "capability to the workers (RDMA pins memory), which the restricted Pod "
+                "Security profile refuses. Remove spec.network (NCCL then uses TCP sockets), "
+                "or ask a cluster administrator to grant it: for every job with the chart "
+                "value podOverrides.allowNetworkProfiles, or for some jobs with a "
+                "ClusterTrainJobTemplate that sets spec.network and that they name in "
+                "spec.template",
+            )
     for key, path in _RAW_OVERRIDES:
         overrides = getattr(spec, "head" if key == "head" else "worker_template")
         if overrides is None:
