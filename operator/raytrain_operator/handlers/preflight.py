@@ -192,11 +192,11 @@ def pod_policy_problem(
 
     Who may grant it: the cluster administrator, for every job (chart values
     podOverrides.volumeTypes, allowHostNetwork and allowNetworkProfiles), or for the jobs that
-    name a
-    ClusterTrainJobTemplate, by setting it in that template (only a cluster administrator can
-    write one). A namespaced TrainJobTemplate grants nothing: whoever may create TrainJobs in a
-    namespace may usually write its templates too. ``own`` and ``template`` are the job's own
-    spec and its template's (raw), to tell where a value came from.
+    name a ClusterTrainJobTemplate, by setting it in that template (only a cluster
+    administrator can write one). A namespaced TrainJobTemplate grants nothing: whoever may
+    create TrainJobs in a namespace may usually write its templates too. ``own`` and
+    ``template`` are the job's own spec and its template's (raw), to tell where a value came
+    from.
     """
     spec = trainjob.spec
     own = own or {}
