@@ -16,18 +16,18 @@ from typing import Any
 
 import pytest
 from _wait import wait_for
-from test_status_policy_server import as_user, helm, policy_docs
+from test_operator import crds
+from test_status_policy_server import as_user, helm, make_trainjob, policy_docs
 
 from raytrain_contract.meta import Meta, child_metadata
 
 pytestmark = pytest.mark.integration
-__all__ = ["helm"]  # fixture
+__all__ = ["crds", "helm"]  # fixtures
 
 TEMPLATE = "templates/operator-scope-policy.yaml"
 OPERATOR = "system:serviceaccount:raytrain-system:raytrain-operator"
 RBAC_NAME = "raytrain-test-operator-scope"
 JOB = "job-a"
-UID = "5f0c3d52-0000-4000-8000-00000000000a"
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +76,10 @@ def scope_policy(kube_cluster: Any, helm: str) -> Iterator[list[dict[str, Any]]]
         )
 
 
-def ours(namespace: str, name: str) -> dict[str, Any]:
-    """A ConfigMap as the builders make a TrainJob's child."""
-    meta = Meta(name=JOB, namespace=namespace, uid=UID)
+def ours(namespace: str, name: str, uid: str) -> dict[str, Any]:
+    """A ConfigMap as the builders make a child of TrainJob JOB (of ``uid``: an owner that
+    does not exist would have the garbage collector delete the child at once)."""
+    meta = Meta(name=JOB, namespace=namespace, uid=uid)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -105,9 +106,10 @@ def create_as_operator(kube_cluster: Any, namespace: str, doc: dict[str, Any]) -
 
 
 def test_the_operators_account_writes_its_children_and_nothing_else(
-    kube_cluster: Any, namespace: str, scope_policy: list[dict[str, Any]]
+    kube_cluster: Any, namespace: str, crds: None, scope_policy: list[dict[str, Any]]
 ) -> None:
     ns = namespace
+    uid = make_trainjob(kube_cluster, ns, JOB)["metadata"]["uid"]
     kube_cluster.apply(theirs_policy(ns), namespace=ns)
     theirs_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-settings"}}
     kube_cluster.apply(theirs_map, namespace=ns)
@@ -127,7 +129,7 @@ def test_the_operators_account_writes_its_children_and_nothing_else(
     assert kube_cluster.get_json("networkpolicy", "default-deny", "-n", ns)
 
     # Its own child: created, changed and deleted.
-    made = create_as_operator(kube_cluster, ns, ours(ns, f"{JOB}-contract"))
+    made = create_as_operator(kube_cluster, ns, ours(ns, f"{JOB}-contract", uid))
     assert made.returncode == 0, made.stderr
     changed = as_user(
         kube_cluster, OPERATOR, ns, "patch", "configmap", f"{JOB}-contract", "--type=merge",
@@ -138,14 +140,14 @@ def test_the_operators_account_writes_its_children_and_nothing_else(
     assert gone.returncode == 0, gone.stderr
 
     # Without the ownerReference it is not a child.
-    orphan = ours(ns, "orphan")
+    orphan = ours(ns, "orphan", uid)
     del orphan["metadata"]["ownerReferences"]
     refused_orphan = create_as_operator(kube_cluster, ns, orphan)
     assert refused_orphan.returncode != 0
     assert "configmaps " + f"{ns}/orphan is not one" in refused_orphan.stderr
 
     # Labels the operator's account adds to someone else's ConfigMap do not make it its own.
-    claim = copy.deepcopy(ours(ns, "app-settings"))["metadata"]
+    claim = copy.deepcopy(ours(ns, "app-settings", uid))["metadata"]
     taken = as_user(
         kube_cluster, OPERATOR, ns, "patch", "configmap", "app-settings", "--type=merge",
         "-p", json.dumps({"metadata": {"labels": claim["labels"],

@@ -176,7 +176,7 @@ ELASTIC_IN_A_QUEUE = {
     "variant", ["defaults", "every-pod-field", "elastic-in-a-queue", "pvc-and-env"]
 )
 def test_kuberays_finalizer_update_leaves_the_rayjobs_spec_as_built(
-    kube_cluster: KubeCluster, namespace: str, operator: Operator, variant: str
+    kube_cluster: KubeCluster, namespace: str, granting_operator: Operator, variant: str
 ) -> None:
     name = variant
     create(kube_cluster, namespace, secret(f"{name}-s3"))
