@@ -179,7 +179,7 @@ check-pythons: check-tests
 # leaves out what only `make test-faults`, `make test-frameworks`, `make test-long`,
 # `make test-pending` and a benchmark run (tests/integration/
 # conftest.py and pyproject.toml name the markers).
-TEST_MARKERS ?= not realpods_pending and not realpods_manifest_window and not realpods_preemption and not realpods_second_cluster and not realpods_bench and not realpods_sigkill and not realpods_mid_epoch and not realpods_frameworks and not long
+TEST_MARKERS ?= not realpods_pending and not realpods_manifest_window and not realpods_damaged_checkpoints and not realpods_preemption and not realpods_second_cluster and not realpods_bench and not realpods_sigkill and not realpods_mid_epoch and not realpods_frameworks and not long
 # scripts/test.sh runs tests/integration and the tests that need no cluster side by side.
 test: install prereqs lint
 	PYTHON='$(PYTHON)' bash scripts/test.sh '$(TEST_MARKERS)' $(PYTEST_ARGS)
