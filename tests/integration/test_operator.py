@@ -119,18 +119,23 @@ def crds(kube_cluster: KubeCluster) -> None:
     )  # fmt: skip
 
 
-@pytest.fixture
-def operator(
-    kube_cluster: KubeCluster, namespace: str, crds: None, tmp_path: Path
-) -> Iterator[Operator]:
-    op = Operator(kube_cluster, namespace, tmp_path / "operator.log")
+def running_operator(kube_cluster: KubeCluster, namespace: str, log: Path) -> Iterator[Operator]:
+    """The operator as a child process for one test, its log printed after (pytest shows it
+    only when the test failed). Settings come from os.environ (KubeCluster.env copies it)."""
+    op = Operator(kube_cluster, namespace, log)
     op.start()
     try:
         yield op
     finally:
         op.stop()
-        # pytest shows this only when the test failed
         print(f"--- operator log ({op.log}) ---\n{op.tail(200)}")
+
+
+@pytest.fixture
+def operator(
+    kube_cluster: KubeCluster, namespace: str, crds: None, tmp_path: Path
+) -> Iterator[Operator]:
+    yield from running_operator(kube_cluster, namespace, tmp_path / "operator.log")
 
 
 # ------------------------------------------------------------------------------ helpers

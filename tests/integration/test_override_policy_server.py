@@ -24,6 +24,7 @@ from test_operator import (
     create,
     get,
     operator,
+    running_operator,
     secret,
     trainjob,
     wait_condition,
@@ -46,13 +47,7 @@ def closed_operator(
     # KubeCluster.env copies os.environ when the operator starts.
     monkeypatch.setenv("RAYTRAIN_ALLOW_SERVICE_ACCOUNT_NAME", "false")
     monkeypatch.setenv("RAYTRAIN_ALLOW_ENV_FROM", "false")
-    op = Operator(kube_cluster, namespace, tmp_path / "operator.log")
-    op.start()
-    try:
-        yield op
-    finally:
-        op.stop()
-        print(f"--- operator log ({op.log}) ---\n{op.tail(200)}")
+    yield from running_operator(kube_cluster, namespace, tmp_path / "operator.log")
 
 
 def nothing_created(cluster: KubeCluster, ns: str, name: str) -> None:

@@ -29,6 +29,7 @@ from test_operator import (
     get,
     operator,
     pvc,
+    running_operator,
     secret,
     trainjob,
 )
@@ -93,13 +94,7 @@ def granting_operator(
     # KubeCluster.env copies os.environ when the operator starts.
     monkeypatch.setenv("RAYTRAIN_ALLOW_HOST_NETWORK", "true")
     monkeypatch.setenv("RAYTRAIN_ALLOW_NETWORK_PROFILES", "true")
-    op = Operator(kube_cluster, namespace, tmp_path / "operator.log")
-    op.start()
-    try:
-        yield op
-    finally:
-        op.stop()
-        print(f"--- operator log ({op.log}) ---\n{op.tail(200)}")
+    yield from running_operator(kube_cluster, namespace, tmp_path / "operator.log")
 
 
 def test_every_new_pod_field_survives_kuberays_schema(
