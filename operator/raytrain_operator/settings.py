@@ -1,12 +1,13 @@
 """Operator configuration: command-line/environment options and kopf's settings.
 
-kopf keeps its bookkeeping (handler progress, the last handled spec) in annotations
-under its own prefix, `kopf.raytrain.dev/`: `raytrain.dev/` is the API's label and annotation
-vocabulary, and the TrainJob's status schema is strict, so nothing may be stored there but what
-we write on purpose. Releases before 0.2 used `raytrain.dev/` for both; objects they handled
-are read through the old keys once and the old keys removed (`LEGACY_*`, handlers/legacy.py).
-No handler needs a finalizer; `FINALIZER` is the one earlier versions had kopf put on running
-TrainJobs (for a per-job resync timer), named so that kopf removes it where it finds it.
+No handler of ours keeps progress or a diff base in kopf's bookkeeping annotations (there is
+no change handler: handlers/trainjobs.py), so kopf writes nothing on a TrainJob; should it ever,
+it writes under its own prefix, `kopf.raytrain.dev/`: `raytrain.dev/` is the API's label and
+annotation vocabulary, and the TrainJob's status schema is strict, so nothing may be stored
+there but what we write on purpose. Releases before 0.2 put kopf's finalizer under
+`raytrain.dev/` (`LEGACY_FINALIZER`, removed by handlers/legacy.py). No handler needs a
+finalizer; `FINALIZER` is the one earlier versions had kopf put on running TrainJobs (for a
+per-job resync timer), named so that kopf removes it where it finds it.
 Watch timeouts are explicit because a watch that silently stops delivering events is the known
 production failure of kopf operators.
 """
@@ -19,7 +20,7 @@ import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -31,25 +32,10 @@ KOPF_PREFIX = "kopf.raytrain.dev"
 PEERING_NAME = "raytrain-operator"
 PEERING_MODES = ("auto", "required", "off")
 FINALIZER = f"{KOPF_PREFIX}/finalizer"
-DIFFBASE_KEY = "last-handled-configuration"
 
 #: What releases before 0.2 wrote under the API's own prefix.
 LEGACY_PREFIX = "raytrain.dev"
 LEGACY_FINALIZER = f"{LEGACY_PREFIX}/finalizer"
-#: kopf's keys there: the diff base, its marker, and one progress record per handler id.
-LEGACY_ANNOTATIONS = frozenset(
-    f"{LEGACY_PREFIX}/{key}"
-    for key in (
-        DIFFBASE_KEY,
-        "kopf-managed",
-        "touch-dummy",
-        "create",
-        "resume",
-        "update",
-        "resync",
-        "delete",
-    )
-)
 
 #: Seconds the API server keeps one watch request open before it ends it. Each new request
 #: re-establishes the stream, so a stream stuck somewhere between us and etcd lives at most
@@ -163,33 +149,20 @@ class OperatorConfig:
     peering_priority: int = 0
 
 
-class _DiffBase(kopf.AnnotationsDiffBaseStorage):
-    """kopf's diff base under our kopf prefix, read from the pre-0.2 key when that is all there is.
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf builds a diff base (a deep copy of the object, less its status) of every event,
+    for change handlers, daemons and timers: the operator has none of them (handlers/
+    trainjobs.py), so it keeps none and stores none. Every event of every watched kind would
+    otherwise cost a copy of its object."""
 
-    Only what handlers react to is kept: annotations are left out (our own `raytrain.dev/`
-    annotations change during a run and no handler reacts to them; each change would otherwise
-    cost a patch, and the copy counts against the 256 KiB annotation limit).
-    """
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return cast(kopf.BodyEssence, {})
 
-    def __init__(self) -> None:
-        super().__init__(
-            prefix=KOPF_PREFIX, key=DIFFBASE_KEY, ignored_fields=["metadata.annotations"]
-        )
-        self._legacy = kopf.AnnotationsDiffBaseStorage(prefix=LEGACY_PREFIX, key=DIFFBASE_KEY)
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
 
-    def fetch(self, *, body: kopf.Body) -> Any:
-        # An upgraded operator then sees its TrainJobs as resumed, not as newly created.
-        return super().fetch(body=body) or self._legacy.fetch(body=body)
-
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
-        super().store(body=body, patch=patch, essence=essence)
-        for key in legacy_annotations(body.metadata.annotations):
-            patch.metadata.annotations[key] = None
-
-
-def legacy_annotations(annotations: Iterable[str]) -> list[str]:
-    """The pre-0.2 kopf bookkeeping keys among an object's annotations."""
-    return sorted(key for key in annotations if key in LEGACY_ANNOTATIONS)
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
 
 
 #: The Kubernetes client logs the body of every response it deserialises here, at DEBUG.
@@ -212,21 +185,48 @@ class NoSecretBodies(logging.Filter):
         return True
 
 
-def install_log_filters() -> None:
+#: kopf's logger of per-object lines.
+KOPF_OBJECTS_LOGGER = "kopf.objects"
+
+
+class QuietEventHandlers(logging.Filter):
+    """Drops kopf's "Handler '...' succeeded." line of an event handler, written at INFO for
+    every event of every watched object: our event handlers only queue work, so each line would
+    say nothing at all, several times per TrainJob (handlers/trainjobs.py, events.py, legacy.py).
+    Failures, and every line in verbose mode, pass."""
+
+    def __init__(self, handler_ids: Iterable[str]) -> None:
+        super().__init__()
+        self._lines = frozenset(f"Handler '{h}' succeeded." for h in handler_ids)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.INFO and record.msg in self._lines)
+
+
+#: The ids of our kopf event handlers (kopf.on.event), whose success lines are dropped.
+EVENT_HANDLER_IDS = ("trainjob-event", "wake-trainjob", "wake-trainjob-cluster", "legacy-finalizer")
+
+
+def install_log_filters(verbose: bool = False) -> None:
     logger = logging.getLogger(CLIENT_BODY_LOGGER)
     if not any(isinstance(f, NoSecretBodies) for f in logger.filters):
         logger.addFilter(NoSecretBodies())
+    objects = logging.getLogger(KOPF_OBJECTS_LOGGER)
+    for found in [f for f in objects.filters if isinstance(f, QuietEventHandlers)]:
+        objects.removeFilter(found)
+    if not verbose:
+        objects.addFilter(QuietEventHandlers(EVENT_HANDLER_IDS))
 
 
 def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
-    install_log_filters()
+    install_log_filters(config.verbose)
     settings.persistence.finalizer = FINALIZER
     settings.peering.name = config.peering_name
     settings.peering.standalone = config.peering_mode == "off"
     settings.peering.mandatory = config.peering_mode == "required"
     settings.peering.priority = config.peering_priority
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
-    settings.persistence.diffbase_storage = _DiffBase()
+    settings.persistence.diffbase_storage = NoDiffBase()
     # inactivity_timeout stays at kopf's default (70 s): the API server sends a bookmark every
     # minute and keeps 75 s of events, so a stream silent for longer is dead and is reopened
     # while the events it missed can still be replayed.

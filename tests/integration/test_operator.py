@@ -9,6 +9,7 @@ the way the runtime writes it (a merge patch on the status subresource).
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +30,18 @@ pytestmark = pytest.mark.integration
 GPU = "nvidia.com/gpu"
 T_CREATE = 60  # a RayJob, ConfigMap or condition the operator writes
 T_KUBERAY = 180  # KubeRay, the scheduler and KWOK bringing pods to Running
+
+
+def counter(metrics_text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of metric `name` whose labels include `labels`."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if not line.startswith((name + "{", name + " ")):
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+        if all(found.get(k) == v for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 class Operator:
@@ -636,8 +649,8 @@ def test_restart_mid_reconcile_makes_no_duplicate(
     wait_condition(kube_cluster, ns, name, "Created")
     wait_for(
         lambda: (
-            "Handler 'resume' succeeded" in operator.since_start()
-            or "Handler 'create' succeeded" in operator.since_start()
+            counter(operator.metrics(), "raytrain_reconciles_total", handler="resume")
+            + counter(operator.metrics(), "raytrain_reconciles_total", handler="create")
         ),
         T_CREATE,
         "the restarted operator to handle the TrainJob",

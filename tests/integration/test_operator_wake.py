@@ -9,7 +9,6 @@ event, a TrainJob status event, a due time), and the metrics say no resync pass 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from test_operator import (
     T_CREATE,
     T_KUBERAY,
     Operator,
+    counter,
     crds,
     create,
     get,
@@ -49,17 +49,6 @@ def quiet_operator(
     finally:
         op.stop()
         print(f"--- operator log ({op.log}) ---\n{op.tail(200)}")
-
-
-def counter(metrics_text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for line in metrics_text.splitlines():
-        if not line.startswith((name + "{", name + " ")):
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
-        if all(found.get(k) == v for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def finalizers(cluster: KubeCluster, ns: str, name: str) -> list[str]:

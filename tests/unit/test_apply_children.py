@@ -119,18 +119,31 @@ ROUNDS = [
 ]
 
 
+#: A new TrainJob's first pass, from its creation event: no fence, so every child but the
+#: RoleBinding (after its Role) and the RayJob (after all) goes out at once.
+UNFENCED_ROUNDS = [
+    {"Role", "ServiceAccount", "ConfigMap", "PodDisruptionBudget", "NetworkPolicy"},
+    {"RoleBinding"},
+    {"RayJob"},
+]
+
+
+@pytest.mark.parametrize(
+    ("fenced", "rounds"), [(True, ROUNDS), (False, UNFENCED_ROUNDS)], ids=["fenced", "first-pass"]
+)
 def test_the_requests_go_out_in_three_rounds(
-    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch, fenced: bool, rounds: list[set[str]]
 ) -> None:
     """Each request waits (up to 5 s) until every other request of its round is in flight with
     it, and records what was in flight: a round whose requests went out one after another, or
-    a request that started before the round in front of it returned, shows up in the record."""
+    a request that started before the round in front of it returned, shows up in the record.
+    A first pass sends none of the fence's reads."""
     gate = threading.Condition()
     in_flight: set[str] = set()
     seen: dict[str, set[str]] = {}
 
     def gathered(what: str, call: Any) -> Any:
-        round_ = next(r for r in ROUNDS if what in r)
+        round_ = next(r for r in rounds if what in r)
         with gate:
             in_flight.add(what)
             gate.notify_all()
@@ -156,11 +169,31 @@ def test_the_requests_go_out_in_three_rounds(
         monkeypatch.setattr(
             k8s, name, lambda ns, arg, read=read, what=what: gathered(what, lambda: read(ns, arg))
         )
-    ensure()
-    for round_ in ROUNDS:
+    apply.ensure_children(
+        PassState(), trainjob(), meta(), EnsureChildren(0, False), None, LOG, fenced=fenced
+    )
+    assert set(seen) == set().union(*rounds)
+    for round_ in rounds:
         for what in round_:
             assert seen[what] == round_, what
     assert_calls(server.calls, [("create", kind, name) for kind, name in CHILDREN])
+
+
+def test_only_attempt_0_goes_without_the_fence(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A later attempt is always fenced, whatever the caller says: the server at attempt 2
+    stops attempt 1 before anything that names it is written."""
+    monkeypatch.setattr(
+        k8s,
+        "get_trainjob",
+        lambda ns, name: {"metadata": {"uid": UID}, "status": {"attempt": 2}},
+    )
+    with pytest.raises(apply.Fenced, match="attempt 2"):
+        apply.ensure_children(
+            PassState(), trainjob(), meta(), EnsureChildren(1, False), None, LOG, fenced=False
+        )
+    assert {kind for _, kind, _ in server.calls} <= {"Role", "ServiceAccount"}
 
 
 def test_a_fenced_pass_writes_nothing_that_names_an_attempt(

@@ -204,7 +204,7 @@ def test_a_first_pass_reads_no_rayjob_and_a_later_one_does(monkeypatch: pytest.M
     reads: list[str] = []
     monkeypatch.setattr(k8s, "get_rayjob", lambda ns, name: reads.append(name))
     monkeypatch.setattr(reconcile.preflight, "check", lambda *a, **kw: None)
-    monkeypatch.setattr(apply, "run", lambda *args: [])
+    monkeypatch.setattr(apply, "run", lambda *args, **kwargs: [])
     monkeypatch.setattr(kopf, "info", lambda *a, **kw: None)
     new = passed(kopf.Patch(), "create", kopf.Body(manifest()), LOG, {}, {})
     assert reads == []

@@ -18,7 +18,7 @@ from _fake_api import recorder
 
 from raytrain_operator import k8s
 from raytrain_operator.handlers import engine as engine_module
-from raytrain_operator.handlers import events, queue, reconcile
+from raytrain_operator.handlers import events, queue, reconcile, trainjobs
 from raytrain_operator.handlers.engine import Engine
 from raytrain_operator.handlers.peering import blocking_peers
 from raytrain_operator.settings import OperatorConfig
@@ -247,7 +247,7 @@ def report_event(
         }
     )
     asyncio.run(
-        events.trainjob_changed(
+        trainjobs.trainjob_changed(
             type=kind,
             namespace="team-a",
             name="digits",
@@ -297,11 +297,57 @@ def test_a_status_someone_else_changed_queues_the_trainjob(engine: Engine) -> No
     assert keys(engine) == [("team-a", "digits")]
 
 
-def test_an_event_of_a_trainjob_no_pass_read_queues_nothing(engine: Engine) -> None:
-    """kopf's change handlers bring new TrainJobs (and kopf's own annotation patch of one must
-    not queue a second pass beside its first)."""
-    report_event(engine, "MODIFIED", {"phase": "Running"})
-    assert keys(engine) == []
+def trainjob_event(engine: Engine, kind: str | None, **fields: Any) -> None:
+    body = kopf.Body(
+        {"metadata": {"uid": UID, "namespace": "team-a", "name": "digits", "generation": 1}}
+        | fields
+    )
+    asyncio.run(
+        trainjobs.trainjob_changed(
+            type=kind,
+            namespace="team-a",
+            name="digits",
+            body=body,
+            status=body.status,
+            spec=body.spec,
+            meta=body.meta,
+            logger=logging.getLogger("t"),
+            memo=kopf.Memo(engine=engine),
+            uid=UID,
+        )
+    )
+
+
+def test_each_trainjob_event_queues_a_pass_labelled_with_what_it_brought(engine: Engine) -> None:
+    """A new TrainJob (its body handed to the first pass), one listed at the watch's start, a
+    new spec, and an event of a job no pass has read (a status changed meanwhile)."""
+    key = ("team-a", "digits")
+    trainjob_event(engine, "ADDED", spec={"image": "a"})
+    assert engine.queued[-1] == (key, 0.0, "create")  # type: ignore[attr-defined]
+    assert engine._created[key]["spec"] == {"image": "a"}
+    engine.forget(*key, UID)
+    trainjob_event(engine, None, spec={"image": "a"}, status={"observedGeneration": 1})
+    assert engine.queued[-1] == (key, 0.0, "resume")  # type: ignore[attr-defined]
+    assert key not in engine._created
+    seen = {"observedGeneration": 1, "phase": "Running"}
+    engine.seen.saw_trainjob(
+        {
+            "metadata": {"uid": UID, "namespace": "team-a", "name": "digits", "generation": 1},
+            "status": seen,
+        }
+    )
+    engine.queued.clear()  # type: ignore[attr-defined]
+    trainjob_event(engine, "MODIFIED", spec={"image": "a"}, status=seen)
+    assert engine.queued == []  # type: ignore[attr-defined]
+    edited = {"uid": UID, "namespace": "team-a", "name": "digits", "generation": 2}
+    trainjob_event(engine, "MODIFIED", spec={"image": "b"}, status=seen, metadata=edited)
+    assert engine.queued[-1] == (key, 0.0, "update")  # type: ignore[attr-defined]
+    engine.forget(*key, UID)
+    # A status that changed before any pass here read the job (an ADDED with a status: a job
+    # restored from a backup, say) is read again by its pass, not taken from the event.
+    trainjob_event(engine, "ADDED", status={"attempt": 2})
+    assert engine.queued[-1] == (key, 0.0, "create")  # type: ignore[attr-defined]
+    assert key not in engine._created
 
 
 def test_a_report_on_a_finished_job_queues_nothing(engine: Engine) -> None:
@@ -358,7 +404,7 @@ def test_a_paused_engine_writes_nothing_and_keeps_the_job_queued(
         # A pass caught by the pause mid-way is queued again (it runs once the pause ends).
         monkeypatch.setattr(k8s, "get_trainjob", lambda ns, name: {**manifest(), "status": {}})
 
-        def reconcile_(*args: Any) -> Any:
+        def reconcile_(*args: Any, **kwargs: Any) -> Any:
             return engine.write("team-a", "digits", {"uid": UID}, patch)
 
         monkeypatch.setattr(engine_module, "reconcile", reconcile_)
@@ -368,6 +414,37 @@ def test_a_paused_engine_writes_nothing_and_keeps_the_job_queued(
     finally:
         k8s.configure(before.user_agent, before.may_write)
         engine.queue.stop(1)
+
+
+def test_a_creation_events_body_runs_the_first_pass_unless_a_pause_came_between(
+    monkeypatch: pytest.MonkeyPatch, engine: Engine
+) -> None:
+    """The body a creation event brought runs the first pass, read from nobody and without
+    the fence (created=True); a pass after a pause reads the TrainJob as it is then."""
+    reads: list[str] = []
+    runs: list[tuple[bool, dict[str, Any]]] = []
+    now = {**manifest(), "status": {"attempt": 3}}
+
+    def get_trainjob(ns: str, name: str) -> dict[str, Any]:
+        reads.append(name)
+        return now
+
+    def reconcile_(state: Any, cause: str, obj: Any, *args: Any, created: bool = False) -> Any:
+        runs.append((created, obj))
+        return reconcile.PassResult(reconcile.machine.Plan(), kopf.Patch(), write=False)
+
+    monkeypatch.setattr(k8s, "get_trainjob", get_trainjob)
+    monkeypatch.setattr(engine_module, "reconcile", reconcile_)
+    key = ("team-a", "digits")
+    engine.enqueue(key, "create", created=manifest())
+    engine.run_pass(key, "create")
+    assert reads == [] and runs[-1] == (True, manifest())
+    engine.enqueue(key, "create", created=manifest())
+    engine.set_paused(True)
+    engine.set_paused(False)
+    engine.run_pass(key, "create")
+    assert reads == ["digits"] and runs[-1] == (False, now)
+    engine.queue.stop(1)
 
 
 # ------------------------------------------------------- nothing runs for an idle job

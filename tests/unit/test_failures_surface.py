@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from datetime import datetime, timedelta, timezone
@@ -226,11 +227,13 @@ def test_replica_failure_of_the_raycluster_reaches_reconciling() -> None:
         "desiredWorkerReplicas": 2,
         "readyWorkerReplicas": 0,
     }
-    entries = rayjobs.rayclusters_by_rayjob(
-        namespace="team-a",
-        name="digits-0-abc",
-        meta=kopf.Meta({"metadata": {"labels": {rayjobs.ORIGINATED_FROM: "digits-0"}}}),
-        status=body,
+    entries = asyncio.run(
+        rayjobs.rayclusters_by_rayjob(
+            namespace="team-a",
+            name="digits-0-abc",
+            meta=kopf.Meta({"metadata": {"labels": {rayjobs.ORIGINATED_FROM: "digits-0"}}}),
+            status=body,
+        )
     )
     index_entry = {key: [value] for key, value in entries.items()}  # as kopf's index holds it
     rj = rayjob(jobDeploymentStatus="Initializing", rayClusterName="digits-0-abc")

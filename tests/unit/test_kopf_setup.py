@@ -3,7 +3,6 @@ layout are carried over, and which handlers are registered."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from typing import Any, cast
@@ -29,8 +28,9 @@ def registered() -> kopf.OperatorRegistry:
 def test_importing_the_handlers_registers_nothing() -> None:
     """Registration is explicit (__main__): importing the package has no side effect."""
     default = kopf.get_default_registry()
-    assert not [h for h in default._changing.get_all_handlers() if h.fn is trainjobs.on_change]
-    assert [h.id for h in registered()._changing.get_all_handlers()]
+    fn = trainjobs.trainjob_changed
+    assert not [h for h in default._watching.get_all_handlers() if h.fn is fn]
+    assert [h for h in registered()._watching.get_all_handlers() if h.fn is fn]
 
 
 @pytest.fixture
@@ -85,60 +85,22 @@ def test_kopf_writes_nothing_under_the_api_prefix(configured: kopf.OperatorSetti
         key=kopf.HandlerId("create"), record={"started": "now", "retries": 1}, body=obj, patch=patch
     )
     persistence.progress_storage.touch(body=obj, patch=patch, value="x")
-    essence = persistence.diffbase_storage.build(body=obj)
-    persistence.diffbase_storage.store(body=obj, patch=patch, essence=essence)
     keys = set(patch["metadata"]["annotations"])
-    assert keys == {
-        "kopf.raytrain.dev/create",
-        "kopf.raytrain.dev/touch-dummy",
-        "kopf.raytrain.dev/last-handled-configuration",
-    }
+    assert keys == {"kopf.raytrain.dev/create", "kopf.raytrain.dev/touch-dummy"}
 
 
-def test_diff_base_keeps_the_spec_and_leaves_annotations_out(
+def test_kopf_keeps_no_diff_base_since_no_handler_reads_one(
     configured: kopf.OperatorSettings,
 ) -> None:
-    obj = body({"raytrain.dev/checkpoint-requested": "2026-11-23T10:00:00Z"}, labels={"a": "b"})
-    essence = configured.persistence.diffbase_storage.build(body=obj)
-    assert essence == {"metadata": {"labels": {"a": "b"}}, "spec": dict(obj["spec"])}
-
-
-def test_an_object_from_the_old_layout_is_read_and_cleaned(
-    configured: kopf.OperatorSettings,
-) -> None:
-    old_essence = {"spec": {"image": "img", "scaling": {"numWorkers": 2}}}
-    obj = body(
-        {
-            "raytrain.dev/last-handled-configuration": json.dumps(old_essence),
-            "raytrain.dev/kopf-managed": "yes",
-            "raytrain.dev/create": '{"retries": 2}',
-            "raytrain.dev/checkpoint-requested": "2026-11-23T10:00:00Z",
-        }
-    )
-    diffbase = configured.persistence.diffbase_storage
-    # Read through the old key: the upgraded operator resumes the object, it does not re-create.
-    assert diffbase.fetch(body=obj) == old_essence
-    patch = kopf.Patch()
-    diffbase.store(body=obj, patch=patch, essence=diffbase.build(body=obj))
-    annotations = patch["metadata"]["annotations"]
-    assert annotations["raytrain.dev/last-handled-configuration"] is None
-    assert annotations["raytrain.dev/kopf-managed"] is None
-    assert annotations["raytrain.dev/create"] is None
-    # Our own vocabulary is left alone.
-    assert "raytrain.dev/checkpoint-requested" not in annotations
-    assert json.loads(annotations["kopf.raytrain.dev/last-handled-configuration"]) == {
-        "spec": old_essence["spec"]
-    }
-
-
-def test_the_new_key_wins_over_the_old(configured: kopf.OperatorSettings) -> None:
-    obj = body(
-        {
-            "raytrain.dev/last-handled-configuration": json.dumps({"spec": {"old": 1}}),
-            "kopf.raytrain.dev/last-handled-configuration": json.dumps({"spec": {"new": 1}}),
-        }
-    )
-    assert configured.persistence.diffbase_storage.fetch(body=obj) == {"spec": {"new": 1}}
+    """kopf builds a diff base of every event for change handlers, daemons and timers; there
+    are none, so it is not built (a deep copy per event) nor stored (a write per job)."""
+    registry = registered()
+    assert registry._changing.get_all_handlers() == []
+    assert registry._spawning.get_all_handlers() == []
+    diffbase, patch = configured.persistence.diffbase_storage, kopf.Patch()
+    assert diffbase.build(body=body()) == {}
+    diffbase.store(body=body(), patch=patch, essence=diffbase.build(body=body()))
+    assert not patch
 
 
 # -------------------------------------------------------------------------- registrations
@@ -159,86 +121,31 @@ def _cause_fields() -> dict[str, Any]:
     }
 
 
-def _handlers_called(
-    configured: kopf.OperatorSettings, obj: kopf.Body, *, initial: bool = False
-) -> dict[str, Any]:
-    """What kopf calls for an event that brings `obj`: its own cause detection, on the diff
-    between our diff base stored in `obj` and `obj` itself, then its own handler matching."""
-    from kopf._cogs.structs import diffs
+def _trainjob_handlers(kind: str | None, obj: kopf.Body) -> list[Any]:
+    """What kopf calls, of our TrainJob handlers, for an event of `kind` that brings `obj`:
+    its own handler matching of watching handlers, and whether any changing handler (those
+    keep a diff base and progress in annotations) would run for a new object or a new spec."""
     from kopf._core.intents import causes
 
-    storage = configured.persistence.diffbase_storage
-    old, new = storage.fetch(body=obj), storage.build(body=obj)
-    cause = causes.detect_changing_cause(
-        finalizer=configured.persistence.finalizer,
-        raw_event={"type": "MODIFIED", "object": dict(obj)},
-        body=obj,
-        old=old,
-        new=new,
-        diff=diffs.diff(old, new) if old is not None else None,
-        initial=initial,
-        **_cause_fields(),
+    registry = registered()
+    event = causes.WatchingCause(
+        **_cause_fields(), body=obj, type=kind, event={"type": kind, "object": dict(obj)}
     )
-    return {h.id: h.fn for h in registered()._changing.iter_handlers(cause)}
+    found = [h.fn for h in registry._watching.iter_handlers(event)]
+    for reason in (kopf.Reason.CREATE, kopf.Reason.UPDATE, kopf.Reason.RESUME):
+        changing = causes.ChangingCause(**_cause_fields(), body=obj, initial=False, reason=reason)
+        found += [h.fn for h in registry._changing.iter_handlers(changing)]
+    return found
 
 
-def _handled_before(
-    obj: kopf.Body,
-    configured: kopf.OperatorSettings,
-    *,
-    spec: dict[str, Any] | None = None,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    status: dict[str, Any] | None = None,
-) -> kopf.Body:
-    """`obj` with our diff base of it stored, then changed as given."""
-    essence = configured.persistence.diffbase_storage.build(body=obj)
-    stored = {f"{settings.KOPF_PREFIX}/{settings.DIFFBASE_KEY}": json.dumps(essence)}
-    metadata = {**dict(obj["metadata"]), "annotations": {**stored, **(annotations or {})}}
-    if labels is not None:
-        metadata["labels"] = labels
-    changed = {**dict(obj), "metadata": metadata, "spec": spec or dict(obj["spec"])}
-    if status is not None:
-        changed["status"] = status
-    return kopf.Body(changed)
-
-
-def test_one_function_handles_creation_the_operators_start_and_spec_changes(
-    configured: kopf.OperatorSettings,
+@pytest.mark.parametrize("kind", [None, "ADDED", "MODIFIED", "DELETED"])
+def test_every_trainjob_event_reaches_the_one_handler_and_no_change_handler_runs(
+    kind: str | None,
 ) -> None:
-    new = body()
-    assert _handlers_called(configured, new) == {"create": trainjobs.on_change}
-    # A TrainJob created while no operator ran is created at its start, not resumed.
-    assert _handlers_called(configured, new, initial=True) == {"create": trainjobs.on_change}
-    # A TrainJob handled before, seen again at the operator's start.
-    known = _handled_before(new, configured)
-    assert _handlers_called(configured, known, initial=True) == {"resume": trainjobs.on_change}
-    spec = {**dict(new["spec"]), "image": "img:2"}
-    changed = _handled_before(new, configured, spec=spec)
-    assert _handlers_called(configured, changed) == {"update/spec": trainjobs.on_change}
-    # Changed while no operator ran: at its start kopf resumes it as well as updating it.
-    assert _handlers_called(configured, changed, initial=True) == {
-        "resume": trainjobs.on_change,
-        "update/spec": trainjobs.on_change,
-    }
-
-
-@pytest.mark.parametrize(
-    "changes",
-    [
-        {"labels": {"team": "vision"}},
-        {"annotations": {"raytrain.dev/checkpoint-requested": "2026-11-23T10:00:00Z"}},
-        {"status": {"phase": "Running"}},
-    ],
-    ids=["labels", "annotation", "status"],
-)
-def test_a_change_outside_the_spec_calls_no_handler(
-    configured: kopf.OperatorSettings, changes: dict[str, Any]
-) -> None:
-    """Labels, our annotations and the status (which each pass writes) wake nothing through
-    kopf's handlers: a pass would otherwise follow every status write of the pass before."""
-    obj = _handled_before(body(), configured, **changes)
-    assert _handlers_called(configured, obj) == {}
+    """One handler sees every event (the listing at the watch's start too); no change handler
+    is registered, so kopf keeps no diff base on a TrainJob: no annotation write per job."""
+    assert _trainjob_handlers(kind, body()) == [trainjobs.trainjob_changed]
+    assert registered()._changing.get_all_handlers() == []
 
 
 def test_the_handler_queues_a_pass_labelled_with_what_woke_it(
@@ -246,6 +153,8 @@ def test_the_handler_queues_a_pass_labelled_with_what_woke_it(
 ) -> None:
     """Through the engine's real queue to the pass, which records what it was given instead of
     reading and writing the TrainJob: its cause, and the body it would start from."""
+    import asyncio
+
     passes: list[tuple[Any, str, Any]] = []
     ran = threading.Semaphore(0)
 
@@ -258,12 +167,25 @@ def test_the_handler_queues_a_pass_labelled_with_what_woke_it(
     engine = Engine(settings.OperatorConfig())
     memo = kopf.Memo(engine=engine)
     key = ("team-a", "digits")
+    new_spec = body(generation=2)
+    new_spec = kopf.Body({**dict(new_spec), "status": {"observedGeneration": 1}})
 
-    def woken(*reasons: kopf.Reason) -> tuple[Any, str, Any]:
+    def woken(*events: tuple[str | None, kopf.Body]) -> tuple[Any, str, Any]:
         engine.queue.pause()
-        for reason in reasons:
-            trainjobs.on_change(
-                reason=reason, namespace="team-a", name="digits", body=body(), memo=memo
+        for kind, obj in events:
+            engine.seen.forget_trainjob(*key)
+            asyncio.run(
+                trainjobs.trainjob_changed(
+                    type=kind,
+                    namespace="team-a",
+                    name="digits",
+                    body=obj,
+                    status=obj.status,
+                    spec=obj.spec,
+                    meta=obj.meta,
+                    logger=LOG,
+                    memo=memo,
+                )
             )
         engine.queue.resume()
         assert ran.acquire(timeout=10), "no pass ran"
@@ -272,12 +194,12 @@ def test_the_handler_queues_a_pass_labelled_with_what_woke_it(
 
     try:
         # Only the creation hands its body over: its pass needs no read.
-        assert woken(kopf.Reason.CREATE) == (key, "create", dict(body()))
-        assert woken(kopf.Reason.RESUME) == (key, "resume", None)
-        assert woken(kopf.Reason.UPDATE) == (key, "update", None)
+        assert woken(("ADDED", body())) == (key, "create", dict(body()))
+        assert woken((None, body())) == (key, "resume", None)
+        assert woken(("MODIFIED", new_spec)) == (key, "update", None)
         # An update queued before the creation's pass ran: one pass, which reads the TrainJob
         # as it is then instead of starting from the older body.
-        assert woken(kopf.Reason.CREATE, kopf.Reason.UPDATE) == (key, "create", None)
+        assert woken(("ADDED", body()), ("MODIFIED", new_spec)) == (key, "create", None)
         assert not ran.acquire(timeout=0.5), "a second pass ran"
     finally:
         engine.queue.stop()
@@ -397,3 +319,30 @@ def test_the_command_line_sets_peering_and_a_priority_that_grows_with_start_time
     assert __main__.parse_args([]).peering_priority is None  # main() uses the start time
     with pytest.raises(SystemExit):
         __main__.parse_args(["--peering-mode", "sometimes"])
+
+
+def test_event_handlers_log_no_success_line_per_event_unless_verbose(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """kopf writes "Handler 'x' succeeded." at INFO for each event each handler took; for our
+    handlers, which only queue work, the lines are dropped (they are every handler we have)."""
+    ids = {str(h.id) for h in registered()._watching.get_all_handlers()}
+    assert ids == set(settings.EVENT_HANDLER_IDS)
+    objects = logging.getLogger(settings.KOPF_OBJECTS_LOGGER)
+    try:
+        settings.install_log_filters(verbose=False)
+        with caplog.at_level(logging.DEBUG, logger=settings.KOPF_OBJECTS_LOGGER):
+            objects.info("Handler 'trainjob-event' succeeded.")
+            objects.info("Handler 'someone-elses' succeeded.")
+            objects.error("Handler 'trainjob-event' failed with an exception. Will retry.")
+        assert [r.getMessage() for r in caplog.records] == [
+            "Handler 'someone-elses' succeeded.",
+            "Handler 'trainjob-event' failed with an exception. Will retry.",
+        ]
+        caplog.clear()
+        settings.install_log_filters(verbose=True)
+        with caplog.at_level(logging.DEBUG, logger=settings.KOPF_OBJECTS_LOGGER):
+            objects.info("Handler 'trainjob-event' succeeded.")
+        assert len(caplog.records) == 1
+    finally:
+        settings.install_log_filters()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -33,8 +34,8 @@ def index(**jobs: dict[str, Any]) -> dict[tuple[str, str], list[metrics.TrainJob
     """What kopf's index holds: (namespace, name) -> a store of the index function's values."""
     out: dict[tuple[str, str], list[metrics.TrainJobState]] = {}
     for name, status in jobs.items():
-        (((key, value),)) = trainjobs.trainjob_states(
-            namespace="team-a", name=name, status=status
+        (((key, value),)) = asyncio.run(
+            trainjobs.trainjob_states(namespace="team-a", name=name, status=status)
         ).items()
         out[key] = [value]
     return out

@@ -3,6 +3,7 @@ trainjob_namespace and trainjob, none for a value the status lacks, gone with th
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -36,8 +37,8 @@ PER_JOB = [*metrics.JOB_GAUGES, metrics.GOODPUT_SECONDS, metrics.GOODPUT_GPU_SEC
 def index(jobs: dict[tuple[str, str], dict[str, Any]]) -> dict[Any, list[metrics.TrainJobState]]:
     out: dict[Any, list[metrics.TrainJobState]] = {}
     for (namespace, name), status in jobs.items():
-        ((key, value),) = trainjobs.trainjob_states(
-            namespace=namespace, name=name, status=status
+        ((key, value),) = asyncio.run(
+            trainjobs.trainjob_states(namespace=namespace, name=name, status=status)
         ).items()
         out[key] = [value]
     return out

@@ -77,3 +77,40 @@ def test_long_messages_are_truncated() -> None:
     conds, _ = c.merge(None, {c.FAILED: Desired(True, "TrainingFailed", "x" * 100_000)}, 1, T0)
     message = by_type(conds)["Failed"]["message"]
     assert len(message) <= c.MAX_MESSAGE and message.endswith("(truncated)")
+
+
+def announced(transitions: list[c.Transition]) -> list[tuple[str, str]]:
+    return [(t.type, t.status) for t in transitions if t.announced]
+
+
+def test_events_announce_what_became_true_and_a_resume_or_a_resolved_problem() -> None:
+    start = {c.CREATED: Desired(True, "RayJobCreated"), c.RECONCILING: Desired(True, "Init")}
+    first, transitions = c.merge(None, start, 1, T0)
+    assert announced(transitions) == [("Created", "True"), ("Reconciling", "True")]
+    running = {c.CREATED: Desired(True, "RayJobCreated"), c.RUNNING: Desired(True, "Training")}
+    second, transitions = c.merge(first, running, 1, T1)
+    # Reconciling clears because Running turned True: that one is the news.
+    assert ("Reconciling", "False") in [(t.type, t.status) for t in transitions]
+    assert announced(transitions) == [("Running", "True")]
+    suspended, transitions = c.merge(second, {c.SUSPENDED: Desired(True, "Suspended")}, 2, T1)
+    assert ("Suspended", "True") in announced(transitions)
+    resumed, transitions = c.merge(suspended, {c.SUSPENDED: Desired(False, "Resumed")}, 3, T1)
+    assert announced(transitions) == [("Suspended", "False")]
+    done = {
+        c.SUCCEEDED: Desired(True, "TrainingSucceeded"),
+        c.RUNNING: Desired(False, "TrainingSucceeded"),
+        c.FAILED: Desired(False, "TrainingSucceeded"),
+        c.SUSPENDED: Desired(False, "Finished"),
+    }
+    _, transitions = c.merge(resumed, done, 3, T1)
+    # Running ends, Failed and Suspended change their reasons: all in the status, one Event.
+    assert len(transitions) == 4
+    assert announced(transitions) == [("Succeeded", "True")]
+
+
+def test_a_cleared_problem_is_announced_and_a_new_reason_of_a_true_condition_too() -> None:
+    first, _ = c.merge(None, {c.STALLED: Desired(True, "StorageNotFound", "no pvc")}, 1, T0)
+    other, transitions = c.merge(first, {c.STALLED: Desired(True, "SecretNotFound", "no")}, 1, T1)
+    assert announced(transitions) == [("Stalled", "True")]
+    _, transitions = c.merge(other, {c.CREATED: Desired(True, "RayJobCreated")}, 1, T1)
+    assert set(announced(transitions)) == {("Stalled", "False"), ("Created", "True")}

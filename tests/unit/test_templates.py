@@ -228,7 +228,7 @@ def passes(monkeypatch: pytest.MonkeyPatch, api: Templates) -> list[Any]:
     built: list[Any] = []
     # Parses are cached by uid, generation and template version, which these tests reuse.
     monkeypatch.setattr(
-        reconcile.apply, "run", lambda state, actions, tj, *a: built.append(tj) or []
+        reconcile.apply, "run", lambda state, actions, tj, *a, **kw: built.append(tj) or []
     )
     monkeypatch.setattr(reconcile.preflight, "check", lambda *a, **kw: None)
     monkeypatch.setattr(k8s, "get_rayjob", lambda ns, name: None)

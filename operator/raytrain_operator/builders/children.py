@@ -10,7 +10,9 @@ docs/operator.md, which tests/unit/test_children_registry.py checks).
 
 The rounds (handlers/apply.py says why): `FIRST_ROUND` beside the fence's reads (nothing that
 names an attempt), `SECOND_ROUND` once the fence passed, `LAST_ROUND` (the RayJob) once all
-the others exist. `CHILDREN` is also the order in which the children are deleted.
+the others exist. A new TrainJob's first pass has no fence: there, only what a child
+`needs` (the RoleBinding its Role) keeps it out of the first round. `CHILDREN` is also the
+order in which the children are deleted.
 """
 
 from __future__ import annotations
@@ -76,6 +78,16 @@ class ChildKind:
     foreground: bool = False
     #: Whether an object of this kind and name is ours (an object that is not is left alone).
     owned: Callable[[Mapping[str, Any], Meta], bool] = field(default=owned_by)
+    #: Kinds the API server needs to exist before it takes this one (a RoleBinding: its Role).
+    needs: tuple[str, ...] = ()
+
+    @property
+    def unfenced_round(self) -> int:
+        """Its round in a new TrainJob's first pass, which has no fence to wait for
+        (handlers/apply.py): after the kinds it needs, the RayJob last, the rest at once."""
+        if self.round == LAST_ROUND:
+            return LAST_ROUND
+        return SECOND_ROUND if self.needs else FIRST_ROUND
 
     @property
     def per_attempt(self) -> bool:
@@ -143,6 +155,7 @@ CHILDREN: tuple[ChildKind, ...] = (
         build=_role_binding,
         name=runtime_account_name,
         round=SECOND_ROUND,
+        needs=("Role",),
     ),
     ChildKind(
         "Role", RBAC, "v1", "roles", build=_role, name=runtime_account_name, round=FIRST_ROUND

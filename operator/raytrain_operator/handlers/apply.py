@@ -26,6 +26,13 @@ and the pass state's pool, each thread with its own connection), in three rounds
 3. the RayJob, once they all exist, so that its pods find them and are never unprotected.
 A new TrainJob's RayJob is thus three round trips after the pass starts. The children, their
 rounds and which are deleted when turned off come from the registry in builders/children.py.
+
+The first pass of a new TrainJob, run from the body its creation event brought (the engine
+drops such bodies when it pauses), has no fence: its status is empty, so no pass has recorded
+an attempt, and no RayJob or pod of another attempt of its uid can exist. What the fence would
+find is an object of attempt 0 that a pass made before it died, which the create finds taken
+and applies over. Its first round is then every child but the RoleBinding (after its Role) and
+the RayJob (after all of them): three rounds still, the fence's three reads saved.
 """
 
 from __future__ import annotations
@@ -238,10 +245,13 @@ def ensure_children(
     action: EnsureChildren,
     creation_timestamp: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
+    fenced: bool = True,
 ) -> dict[str, Any] | None:
     """Create or bring in line the children of an attempt (builders/children.py's registry,
-    round by round); the RayJob if this call created it."""
+    round by round); the RayJob if this call created it. Not `fenced`: the first pass of a new
+    TrainJob, from its creation event (see the module's docstring)."""
     config, pool = state.config, state.pool()
+    fenced = fenced or action.attempt != 0
     context = ChildContext(
         trainjob,
         meta,
@@ -264,10 +274,15 @@ def ensure_children(
         return lambda: _write(child, bodies[child.kind], meta)
 
     def round_of(number: int) -> list[Callable[[], Any]]:
+        if not fenced:
+            return [write(child) for child in CHILDREN if child.unfenced_round == number]
         return [write(child) for child in CHILDREN if child.round == number]
 
-    # The fence first: when it raises, its word wins over a child's error (together).
-    together(pool, [lambda: fence(pool, meta, action.attempt), *round_of(FIRST_ROUND)])
+    if fenced:
+        # The fence first: when it raises, its word wins over a child's error (together).
+        together(pool, [lambda: fence(pool, meta, action.attempt), *round_of(FIRST_ROUND)])
+    else:
+        together(pool, round_of(FIRST_ROUND))
     # The API server checks a RoleBinding against its Role's rules: the Role went first.
     together(pool, round_of(SECOND_ROUND))
     (last,) = (child for child in CHILDREN if child.round == LAST_ROUND)
@@ -322,14 +337,17 @@ def run(
     patch: kopf.Patch,
     creation_timestamp: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
+    fenced: bool = True,
 ) -> list[dict[str, Any]]:
     """Carry out the actions; the RayJobs created (their ADDED events bring the pass nothing
-    new, the engine records them as seen)."""
+    new, the engine records them as seen). Not `fenced`: a new TrainJob's first pass."""
     created: list[dict[str, Any]] = []
     for action in actions:
         if isinstance(action, EnsureChildren):
             if trainjob is not None:
-                made = ensure_children(state, trainjob, meta, action, creation_timestamp, logger)
+                made = ensure_children(
+                    state, trainjob, meta, action, creation_timestamp, logger, fenced
+                )
                 if made is not None:
                     created.append(made)
         elif isinstance(action, SetRayJobSuspend):

@@ -161,6 +161,10 @@ class Engine:
         metrics.PAUSED.set(1 if paused else 0)
         if paused:
             self.queue.pause()
+            with self._guard:
+                # Another instance works meanwhile: after the pause, a pass reads the TrainJob
+                # as it is then, never as its creation event showed it.
+                self._created.clear()
         else:
             self.queue.resume()
             # What happened during the pause came to the other instance, not here.
@@ -203,6 +207,7 @@ class Engine:
         namespace, name = key
         with self._guard:
             obj = self._created.pop(key, None)
+        created = obj is not None
         try:
             if obj is None:
                 obj = k8s.get_trainjob(namespace, name)
@@ -215,7 +220,7 @@ class Engine:
                 self.seen.saw_trainjob(obj)
                 return
             logger = _ObjectLogger(LOG, {"key": f"{namespace}/{name}"})
-            result = reconcile(self.state, cause, obj, logger, *self.indexes)
+            result = reconcile(self.state, cause, obj, logger, *self.indexes, created=created)
             self._carry_out(key, obj, result, logger)
         except kopf.TemporaryError as exc:
             # The API server did not answer (reconcile names it): soon, as kopf would.

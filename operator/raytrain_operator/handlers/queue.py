@@ -242,17 +242,14 @@ class Seen:
         with self._guard:
             self._trainjobs[key] = trainjob_fingerprint(obj)
 
-    def trainjob_news(self, obj: Mapping[str, Any], known_only: bool = False) -> bool:
+    def trainjob_news(self, obj: Mapping[str, Any]) -> bool:
         """Whether a TrainJob differs from what the last pass read and wrote: a new spec, a
-        report, a status someone else changed, its deletion. True for one no pass has read,
-        unless `known_only` (a TrainJob event: kopf's change handlers bring new ones)."""
+        report, a status someone else changed, its deletion; True for one no pass has read."""
         metadata = obj.get("metadata") or {}
         key = (str(metadata.get("namespace")), str(metadata.get("name")))
         with self._guard:
             before = self._trainjobs.get(key)
-        if before is None:
-            return not known_only
-        return before != trainjob_fingerprint(obj)
+        return before is None or before != trainjob_fingerprint(obj)
 
     def forget_trainjob(self, namespace: str, name: str) -> None:
         with self._guard:

@@ -8,7 +8,8 @@ label), so one look-up finds every attempt of a job: the next attempt is created
 earlier ones are gone. The RayCluster index holds the worker counts and KubeRay's
 ReplicaFailure condition: the RayJob carries a copy of its cluster's status, but KubeRay
 refreshes that copy only on a successful poll of the Ray dashboard, so it can lag behind the
-RayCluster's own status.
+RayCluster's own status. The index functions are coroutines: they take microseconds, and kopf
+hands a plain function to its thread pool, one hop per event.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ ORIGINATED_FROM = "ray.io/originated-from-cr-name"
 REPLICA_FAILURE = "ReplicaFailure"
 
 
-def rayjobs_by_trainjob(
+async def rayjobs_by_trainjob(
     namespace: str | None,
     name: str,
     meta: kopf.Meta,
@@ -55,7 +56,7 @@ def rayjobs_by_trainjob(
     }
 
 
-def rayclusters_by_rayjob(
+async def rayclusters_by_rayjob(
     namespace: str | None, name: str, meta: kopf.Meta, status: kopf.Status, **_: Any
 ) -> dict[tuple[str | None, str], dict[str, Any]]:
     """RayJob name -> its RayCluster's name, worker counts and ReplicaFailure (or None)."""

@@ -207,15 +207,18 @@ def reconcile(
     logger: Logger,
     rayjob_index: Any = None,
     raycluster_index: Any = None,
+    created: bool = False,
 ) -> PassResult:
     """One pass over a TrainJob as `body` shows it; `cause` labels its metrics (what queued it).
+    `created`: `body` is what the TrainJob's creation event brought (its first pass needs no
+    fence, handlers/apply.py).
 
     Raises kopf.TemporaryError when the API server did not answer (the engine retries soon).
     """
     started = time.monotonic()
     result = "error"
     try:
-        found = _pass(state, body, logger, rayjob_index, raycluster_index)
+        found = _pass(state, body, logger, rayjob_index, raycluster_index, created)
         result = found.plan.phase.lower() if found.plan.phase == machine.STALLED else "ok"
         return found
     except kopf.TemporaryError:
@@ -266,6 +269,7 @@ def _pass(
     logger: Logger,
     rayjob_index: Any,
     raycluster_index: Any,
+    from_creation: bool = False,
 ) -> PassResult:
     meta = Meta.from_metadata(body["metadata"])
     patch = kopf.Patch()
@@ -342,6 +346,7 @@ def _pass(
             patch,
             body["metadata"].get("creationTimestamp"),
             logger,
+            fenced=not (from_creation and not status),
         )
     except apply.Fenced as exc:
         # This pass's picture is out of date: it writes nothing, the next pass decides again.
@@ -366,6 +371,8 @@ def _pass(
     if plan.attempt_failure is not None:
         result.events.append(announce_failure(meta, attempt, plan.attempt_failure))
     for t in plan.transitions:
+        if not t.announced:
+            continue
         message = f"{t.type} is {t.status}" + (f": {t.message}" if t.message else "")
         result.events.append(Event(t.is_warning, t.reason, message))
     for message in plan.checkpoint_rejections:

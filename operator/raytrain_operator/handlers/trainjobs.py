@@ -1,15 +1,23 @@
-"""kopf handlers of TrainJobs: created, resumed (at the operator's start), a new spec.
+"""kopf's handler of TrainJob events, and the index of their states that the metrics read.
 
-Each only queues the TrainJob on the engine (handlers/engine.py), which runs the pass; they
-differ in the cause the pass is labelled with. A new TrainJob's pass starts from the body its
-creation event brought, without reading it again. Children are owned by the TrainJob
-(ownerReferences), so deleting it lets Kubernetes' garbage collector remove them; the engine
-only forgets what it kept of the job when its DELETED event arrives (handlers/events.py).
+Every event of a TrainJob comes to `trainjob_changed`, which only queues a pass on the engine
+(handlers/engine.py), labelled with what brought it:
+- `create`: a new TrainJob (its ADDED event). Its first pass starts from the body the event
+  brought, without reading it again (and without the fence, handlers/apply.py).
+- `resume`: one listed when the watch starts (the operator's start, the end of a pause, a watch
+  that lost its place), which no pass has read or which changed since.
+- `update`: a new spec (its generation is past the one the status observed).
+- `wake`: a new runtime report, or a status someone else changed: a MODIFIED event whose status
+  differs from what the last pass read and wrote. The operator's own writes queue nothing.
+A job the operator has no more work on (finished, its TTL clean-up done) queues nothing. The
+engine forgets what it kept of a TrainJob when its DELETED event arrives.
 
-No handler needs a finalizer, so kopf puts none on a TrainJob, handles a new one at its first
-event, and takes off the finalizer that earlier versions put there (settings.FINALIZER, while a
-per-job resync timer ran) the first time it sees the object: deleting a TrainJob or its
-namespace never waits for the operator.
+kopf's change handlers (on.create, on.update, on.resume) are not used: they keep the last
+handled spec in an annotation, which costs a write and one more event per TrainJob and a diff
+of every event, where the engine's own memory of what the last pass read tells the same.
+Children are owned by the TrainJob (ownerReferences), so deleting it lets Kubernetes' garbage
+collector remove them. No handler needs a finalizer, so kopf puts none on a TrainJob, and
+deleting a TrainJob or its namespace never waits for the operator.
 """
 
 from __future__ import annotations
@@ -22,30 +30,55 @@ import kopf
 from raytrain_contract.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_operator import metrics
 from raytrain_operator.handlers.events import engine_of
+from raytrain_operator.handlers.reconcile import needs_operator
 from raytrain_operator.status import machine
 
 
-def on_change(
-    reason: str,
+def cause_of(type_: str | None, body: Mapping[str, Any]) -> str:
+    """What a TrainJob event that brings news queues a pass for (the module says each)."""
+    if type_ is None:
+        return "resume"
+    if type_ == "ADDED":
+        return "create"
+    metadata = body.get("metadata") or {}
+    observed = (body.get("status") or {}).get("observedGeneration")
+    generation = metadata.get("generation")
+    if isinstance(generation, int) and isinstance(observed, int) and generation > observed:
+        return "update"
+    return "wake"
+
+
+async def trainjob_changed(
+    type: str | None,
     namespace: str | None,
     name: str,
     body: kopf.Body,
+    status: kopf.Status,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    logger: kopf.Logger,
     memo: kopf.Memo,
+    uid: str | None = None,
     **_: Any,
 ) -> None:
-    """Creation, a spec change and the operator's start: the TrainJob is queued, its pass
-    labelled with the cause.
-
-    Three registrations of one function, each with an explicit id: kopf stores a handler's
-    progress under its id, and logs name it ("Handler 'create' succeeded").
-    """
+    """Any event of a TrainJob: queued when it brings something no pass has read."""
     if namespace is None:
         return
-    # str(): kopf.Reason is an enum.StrEnum from kopf 1.45 (Python 3.11+), a (str, Enum) in
-    # the 1.44 that Python 3.10 gets; both print as their value.
-    cause = str(kopf.Reason(reason))
-    created = dict(body) if cause == str(kopf.Reason.CREATE) else None
-    engine_of(memo).enqueue((namespace, name), cause, created=created)
+    engine = engine_of(memo)
+    if type == "DELETED":
+        engine.forget(namespace, name, uid)
+        logger.info("TrainJob deleted; Kubernetes garbage-collects its RayJob, ConfigMap and RBAC.")
+        return
+    if not needs_operator(spec, status, meta.get("annotations") or {}):
+        return
+    if not engine.seen.trainjob_news(body):
+        return
+    cause = cause_of(type, body)
+    metrics.WAKEUPS.labels(cause="report" if cause == "wake" else cause).inc()
+    # Only a new TrainJob's creation hands its body over: any later event means the pass
+    # reads it as it is then.
+    created = dict(body) if type == "ADDED" and not status else None
+    engine.enqueue((namespace, name), cause, created=created)
 
 
 def trainjob_state(
@@ -62,10 +95,11 @@ def trainjob_state(
     )
 
 
-def trainjob_states(
+async def trainjob_states(
     namespace: str | None, name: str, status: kopf.Status, **_: Any
 ) -> dict[tuple[str | None, str], metrics.TrainJobState]:
-    """Every TrainJob's state, kept by the watch: the metrics collector reads it at scrape."""
+    """Every TrainJob's state, kept by the watch: the metrics collector reads it at scrape.
+    A coroutine: it takes microseconds, and kopf hands a plain function to its thread pool."""
     return {(namespace, name): trainjob_state(status, namespace, name)}
 
 
@@ -84,8 +118,6 @@ def serve_trainjob_metrics(
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
-    kopf.on.create(GROUP, VERSION, PLURAL, id="create", registry=registry)(on_change)
-    kopf.on.resume(GROUP, VERSION, PLURAL, id="resume", registry=registry)(on_change)
-    kopf.on.update(GROUP, VERSION, PLURAL, id="update", field="spec", registry=registry)(on_change)
+    kopf.on.event(GROUP, VERSION, PLURAL, id="trainjob-event", registry=registry)(trainjob_changed)
     kopf.index(GROUP, VERSION, PLURAL, id="trainjob_states", registry=registry)(trainjob_states)
     kopf.on.startup(id="metrics", registry=registry)(serve_trainjob_metrics)

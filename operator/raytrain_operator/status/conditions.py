@@ -39,18 +39,37 @@ class Desired:
             object.__setattr__(self, "message", cut)
 
 
+#: Conditions whose end is news of its own: a job resumed, a problem resolved. Any other
+#: condition that turns False does so because another one turned True (Running ends with
+#: Succeeded, Failed or Suspended), and that one's Event says why.
+ANNOUNCED_WHEN_CLEARED = (SUSPENDED, STALLED)
+
+
 @dataclass(frozen=True)
 class Transition:
-    """A condition whose status or reason changed (one Kubernetes Event each)."""
+    """A condition whose status or reason changed."""
 
     type: str
     status: str
     reason: str
     message: str
+    #: Its status before the change ("" when it had none).
+    previous: str = ""
 
     @property
     def is_warning(self) -> bool:
         return self.status == "True" and self.type in (FAILED, STALLED)
+
+    @property
+    def announced(self) -> bool:
+        """Whether it becomes a Kubernetes Event: a condition that is True (new, or with a new
+        reason), and Suspended or Stalled once cleared. A False condition whose reason changes
+        (Failed is False because the training succeeded) and a condition cleared because
+        another turned True are in the status only: an Event each would be a write per
+        condition per transition, and noise in `kubectl describe`."""
+        if self.status == "True":
+            return True
+        return self.type in ANNOUNCED_WHEN_CLEARED and self.previous == "True"
 
 
 def _status(value: bool) -> str:
@@ -100,12 +119,13 @@ def merge(
         status = _status(want.status)
         if type_ in ONLY_WHILE_TRUE and not want.status:
             if before is not None and before.get("status") == "True":
-                transitions.append(Transition(type_, "False", want.reason, want.message))
+                transitions.append(Transition(type_, "False", want.reason, want.message, "True"))
             continue
         changed = before is None or before.get("status") != status
         reason_changed = before is not None and before.get("reason") != want.reason
         if (changed or reason_changed) and not (before is None and status == "False"):
-            transitions.append(Transition(type_, status, want.reason, want.message))
+            was = str(before.get("status") or "") if before is not None else ""
+            transitions.append(Transition(type_, status, want.reason, want.message, was))
         last = now if changed or before is None else str(before.get("lastTransitionTime") or now)
         result.append(
             {
