@@ -59,11 +59,11 @@ def test_a_second_instance_waits_and_takes_over_when_the_first_leaves(
             wait_for(lambda: get(kube_cluster, ns, "rayjobs.ray.io", "first-0"), T_CREATE,
                      "the working instance to create the RayJob")  # fmt: skip
             assert rayjobs(kube_cluster, ns) == ["first-0"]
-            # kopf logs every handler it runs on a TrainJob under `kopf.objects`: the paused
-            # instance ran none after its pause.
-            assert "kopf.objects" in newer.since_start()
+            # Every line about an object (kopf's and the engine's) starts with its
+            # "[namespace/name]": the working instance wrote some, the paused one none.
+            assert f"[{ns}/first] Created RayJob first-0" in newer.since_start()
             paused = older.since_start().split("Pausing operations in favour of", 1)[1]
-            assert "kopf.objects" not in paused, paused
+            assert f"[{ns}/" not in paused, paused
         finally:
             newer.stop()  # a clean exit takes it out of the peering object
         wait_for(lambda: "Resuming operations after the pause" in older.since_start(), T_CREATE,
