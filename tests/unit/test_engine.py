@@ -515,41 +515,90 @@ def test_a_starting_cluster_is_looked_at_when_due_and_then_less_and_less_often()
 # ---------------------------------------------------------------------------- the resync
 
 
-def test_the_resync_queues_only_what_changed_without_an_event(
+def listing(monkeypatch: pytest.MonkeyPatch, listed: dict[str, list[dict[str, Any]]]) -> list[bool]:
+    """k8s.iter_all answering from `listed` by plural; records whether each list asked for
+    metadata only."""
+    asked: list[bool] = []
+
+    def iter_all(
+        group: str, version: str, plural: str, ns: Any, selector: str = "", **kw: Any
+    ) -> Any:
+        asked.append(bool(kw.get("metadata_only")))
+        return iter([{"metadata": dict(o["metadata"])} for o in listed[plural]])
+
+    monkeypatch.setattr(k8s, "iter_all", iter_all)
+    return asked
+
+
+def versioned(obj: dict[str, Any], version: str) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}}
+
+
+def test_the_resync_compares_versions_of_metadata_and_queues_only_what_no_event_showed(
     monkeypatch: pytest.MonkeyPatch, engine: Engine
 ) -> None:
-    job = {**manifest(), "status": {"attempt": 0}}
-    job["metadata"]["generation"] = 1
-    running = rayjob({"jobDeploymentStatus": "Running"})
+    job = versioned({**manifest(), "status": {"attempt": 0}}, "10")
+    running = versioned(rayjob({"jobDeploymentStatus": "Running"}), "11")
     listed = {"trainjobs": [job], "rayjobs": [running], "rayclusters": []}
-    monkeypatch.setattr(
-        k8s, "iter_all", lambda group, version, plural, ns, selector="": iter(listed[plural])
-    )
-    engine.seen.saw_trainjob(job)
-    engine.seen.saw_rayjob("team-a", running)
+    asked = listing(monkeypatch, listed)
+    # What the watches showed (every event records its version, news or not).
+    engine.seen.saw_version("trainjobs", job["metadata"], UID)
+    engine.seen.saw_version("rayjobs", running["metadata"], "digits")
     assert engine.resync() == 0
-    # A RayJob event that never arrived:
-    listed["rayjobs"] = [rayjob({"jobDeploymentStatus": "Complete"})]
+    assert asked and all(asked), "the resync lists metadata only"
+    # A RayJob event that never arrived, whatever it changed:
+    listed["rayjobs"] = [versioned(running, "15")]
     assert engine.resync() == 1
-    assert keys(engine) == [("team-a", "digits")]
-    # A TrainJob no pass has read (its ADDED event was missed), and a spec change:
-    other = {**manifest(), "metadata": {**job["metadata"], "name": "other"}}
-    listed["trainjobs"] = [{**job, "metadata": {**job["metadata"], "generation": 2}}, other]
-    assert engine.seen.trainjob_news(listed["trainjobs"][0])
-    engine.seen.saw_rayjob("team-a", listed["rayjobs"][0])
+    assert engine.queued == [(("team-a", "digits"), 0.0, "resync")]  # type: ignore[attr-defined]
+    # An older version than the watch showed (a list served from a lagging cache) is not news.
+    engine.seen.saw_version("rayjobs", versioned(running, "20")["metadata"], "digits")
+    listed["rayjobs"] = [versioned(running, "19")]
     engine.queued.clear()  # type: ignore[attr-defined]
+    assert engine.resync() == 0
+    # A TrainJob whose ADDED event was missed, and one edited without an event:
+    other = {**manifest(), "metadata": {**job["metadata"], "name": "other"}}
+    listed["trainjobs"] = [versioned(job, "30"), other]
     assert engine.resync() == 2
     assert sorted(keys(engine)) == [("team-a", "digits"), ("team-a", "other")]
 
 
-def test_the_resync_queues_the_owner_of_a_rayjob_gone_unseen(
+def test_the_resync_queues_the_owner_of_a_rayjob_gone_unseen_and_forgets_a_trainjob_gone_unseen(
     monkeypatch: pytest.MonkeyPatch, engine: Engine
 ) -> None:
-    monkeypatch.setattr(k8s, "iter_all", lambda *a, **kw: iter([]))
-    engine.seen.saw_rayjob("team-a", rayjob())
+    listing(monkeypatch, {"trainjobs": [], "rayjobs": [], "rayclusters": []})
+    gone = rayjob()
+    gone["metadata"].update(name="digits-3", resourceVersion="5")
+    engine.seen.saw_version("rayjobs", gone["metadata"], "digits")
+    engine.seen.saw_version(
+        "trainjobs", {"namespace": "team-a", "name": "deleted", "resourceVersion": "4"}, "u-9"
+    )
+    forgotten: list[tuple[str, str, Any]] = []
+    monkeypatch.setattr(engine, "forget", lambda ns, name, uid: forgotten.append((ns, name, uid)))
+    # The owner comes from the label the RayJob carried, not from its name.
     assert engine.resync() == 1
     assert keys(engine) == [("team-a", "digits")]
+    assert forgotten == [("team-a", "deleted", "u-9")]
     assert engine.resync() == 0
+
+
+def test_a_resync_pass_reads_the_rayjobs_from_the_api_not_from_the_indexes(
+    monkeypatch: pytest.MonkeyPatch, engine: Engine
+) -> None:
+    """The watch that missed an event fills kopf's indexes too."""
+    given: list[tuple[Any, Any]] = []
+
+    def reconcile_(
+        state: Any, cause: str, obj: Any, log: Any, rayjobs: Any, clusters: Any, **kw: Any
+    ) -> Any:
+        given.append((rayjobs, clusters))
+        return reconcile.PassResult(reconcile.machine.Plan(), kopf.Patch(), write=False)
+
+    monkeypatch.setattr(k8s, "get_trainjob", lambda ns, name: {**manifest(), "status": {}})
+    monkeypatch.setattr(engine_module, "reconcile", reconcile_)
+    engine.indexes = ({"index": []}, {"index": []})
+    engine.run_pass(("team-a", "digits"), "resync")
+    engine.run_pass(("team-a", "digits"), "wake")
+    assert given == [(None, None), engine.indexes]
 
 
 # ---------------------------------------------------------------------------- the peering

@@ -12,8 +12,11 @@ the work queue (handlers/queue.py), the memory of what passes read, kopf's index
   Nothing runs per job while nothing happens: a job is queued again only for a time its plan
   names (a deadline, a grace period, the TTL, a starting cluster's pods, a stalled check).
 - A missed event is caught by the resync of the whole set: every `config.resync_seconds` the
-  TrainJobs, RayJobs and RayClusters are listed (a few requests) and compared with what the
-  passes read; only a job that differs is queued.
+  metadata of the TrainJobs, RayJobs and RayClusters is listed (a page per 500) and each
+  object's resourceVersion compared with what the watches showed; only the TrainJob of an
+  object the watch has not shown as it is, or that went without its event, is queued, and its
+  pass reads the RayJobs from the API rather than from kopf's indexes (which the same watches
+  fill).
 - While another instance holds the peering (handlers/peering.py) the queue starts no pass and
   this process's client refuses every write, passes already queued included; when the pause
   ends, a resync catches up. `stop` (kopf's clean-up, before the process ends) closes both for
@@ -214,13 +217,17 @@ class Engine:
             if obj is None:
                 return
             metadata = obj.get("metadata") or {}
+            self.seen.saw_version(PLURAL, metadata, str(metadata.get("uid") or ""))
             if metadata.get("deletionTimestamp") or not needs_operator(
                 obj.get("spec") or {}, obj.get("status") or {}, metadata.get("annotations") or {}
             ):
                 self.seen.saw_trainjob(obj)
                 return
             logger = _ObjectLogger(LOG, {"key": f"{namespace}/{name}"})
-            result = reconcile(self.state, cause, obj, logger, *self.indexes, created=created)
+            # The resync found what the watch did not show: kopf's indexes, which the same
+            # watches fill, may lack it too, so this pass reads the RayJobs from the API.
+            rayjobs, clusters = (None, None) if cause == "resync" else self.indexes
+            result = reconcile(self.state, cause, obj, logger, rayjobs, clusters, created=created)
             self._carry_out(key, obj, result, logger)
         except kopf.TemporaryError as exc:
             # The API server did not answer (reconcile names it): soon, as kopf would.
@@ -237,6 +244,7 @@ class Engine:
         namespace, name = key
         for rayjob in result.seen_rayjobs:
             self.seen.saw_rayjob(namespace, rayjob)
+            self.seen.saw_version(RAYJOBS, rayjob.get("metadata") or {}, name)
         # The TrainJob as it will be once this pass's status is written, recorded before the
         # write: the event of the write itself then shows nothing new.
         self.seen.saw_trainjob(written(obj, result.patch) if result.write else obj)
@@ -279,17 +287,21 @@ class Engine:
         (kopf's bookkeeping annotations, the runtime's report, a spec edit) each bring their own
         event and so the next pass; the operator's fields have no other writer.
         """
-        precondition: dict[str, Any] = {"uid": metadata.get("uid")}
+        uid = metadata.get("uid")
+        precondition: dict[str, Any] = {"uid": uid}
         annotations = dict((patch.get("metadata") or {}).get("annotations") or {})
         status = dict(patch.get("status") or {})
+        writes: list[tuple[dict[str, Any], str | None]] = []
         if annotations:
-            body = {"metadata": {**precondition, "annotations": annotations}}
-            if not k8s.patch_trainjob(namespace, name, body):
-                return False
+            writes.append(({"metadata": {**precondition, "annotations": annotations}}, None))
         if status:
-            body = {"metadata": precondition, "status": status}
-            if not k8s.patch_trainjob(namespace, name, body, subresource="status"):
+            writes.append(({"metadata": precondition, "status": status}, "status"))
+        for body, subresource in writes:
+            answer = k8s.patch_trainjob(namespace, name, body, subresource=subresource)
+            if answer is None:
                 return False
+            # The write's own watch event shows this version: the resync knows it already.
+            self.seen.saw_version(PLURAL, answer.get("metadata") or {}, str(uid or ""))
         return True
 
     # ----------------------------------------------------------------------- the resync
@@ -308,46 +320,44 @@ class Engine:
                 LOG.warning(f"The resync failed: {exc!r}; the next one is due as usual.")
 
     def resync(self) -> int:
-        """List and compare the whole set; queue each TrainJob that shows something no pass
-        read. Returns how many were queued."""
+        """List the metadata of the whole set and compare each object's resourceVersion with
+        what the watches (and the passes' reads) showed; queue the TrainJob of each that shows
+        a version never seen, or that is gone without its DELETED event. Returns how many
+        were queued. Objects are compared by version only, never by content, so a resync of a
+        set where nothing happened reads a page of metadata per 500 objects and queues nothing."""
         metrics.RESYNCS.inc()
         queued: set[Key] = set()
         namespaces: list[str | None] = list(self.config.namespaces) or [None]
-        for ns in namespaces:
-            for obj in k8s.iter_all(GROUP, VERSION, PLURAL, ns):
-                metadata = obj.get("metadata") or {}
-                key = (str(metadata.get("namespace")), str(metadata.get("name")))
-                if (
-                    not metadata.get("deletionTimestamp")
-                    and needs_operator(
-                        obj.get("spec") or {},
-                        obj.get("status") or {},
-                        metadata.get("annotations") or {},
-                    )
-                    and self.seen.trainjob_news(obj)
-                ):
-                    queued.add(key)
+        kinds = (
+            (GROUP, VERSION, PLURAL, ""),
+            (RAY_GROUP, RAY_VERSION, RAYJOBS, LABEL_TRAINJOB),
+            (RAY_GROUP, RAY_VERSION, RAYCLUSTERS, f"{LABEL_TRAINJOB},{ORIGINATED_FROM}"),
+        )
+        for group, version, plural, selector in kinds:
+            known = self.seen.versions(plural)
             listed: set[Key] = set()
-            selector = f"{LABEL_TRAINJOB}"
-            for rayjob in k8s.iter_all(RAY_GROUP, RAY_VERSION, RAYJOBS, ns, selector):
-                metadata = rayjob.get("metadata") or {}
-                namespace = str(metadata.get("namespace"))
-                listed.add((namespace, str(metadata.get("name"))))
-                if self.seen.rayjob_news(namespace, rayjob):
-                    queued.add((namespace, str((metadata.get("labels") or {})[LABEL_TRAINJOB])))
-            for namespace, name in self.seen.rayjobs() - listed:
-                if ns is None or namespace == ns:
-                    # Gone without our seeing its DELETED event: its TrainJob decides again.
-                    self.seen.rayjob_gone(namespace, name)
-                    owner = name.rsplit("-", 1)[0]
-                    queued.add((namespace, owner))
-            selector = f"{LABEL_TRAINJOB},{ORIGINATED_FROM}"
-            for cluster in k8s.iter_all(RAY_GROUP, RAY_VERSION, RAYCLUSTERS, ns, selector):
-                metadata = cluster.get("metadata") or {}
-                namespace = str(metadata.get("namespace"))
-                entry = cluster_entry(cluster.get("status") or {})
-                if self.seen.cluster_news(namespace, str(metadata.get("name")), entry):
-                    queued.add((namespace, str((metadata.get("labels") or {})[LABEL_TRAINJOB])))
+            for ns in namespaces:
+                for obj in k8s.iter_all(group, version, plural, ns, selector, metadata_only=True):
+                    metadata = obj.get("metadata") or {}
+                    key = (str(metadata.get("namespace")), str(metadata.get("name")))
+                    listed.add(key)
+                    if metadata.get("deletionTimestamp") and plural == PLURAL:
+                        continue  # being deleted: its children go with it, no pass needed
+                    if self.seen.version_news(plural, metadata):
+                        labels = metadata.get("labels") or {}
+                        owner = key[1] if plural == PLURAL else str(labels.get(LABEL_TRAINJOB))
+                        queued.add((key[0], owner))
+            for key, owner in known.items():
+                if key in listed:
+                    continue
+                # Gone without our seeing its DELETED event.
+                self.seen.version_gone(plural, *key)
+                if plural == PLURAL:
+                    self.forget(key[0], key[1], owner or None)
+                else:
+                    if plural == RAYJOBS:
+                        self.seen.rayjob_gone(*key)
+                    queued.add((key[0], owner))
         for key in sorted(queued):
             metrics.WAKEUPS.labels(cause="resync").inc()
             self.queue.schedule(key, 0.0, "resync")

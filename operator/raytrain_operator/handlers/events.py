@@ -44,9 +44,12 @@ async def rayjob_changed(
     owner = str(meta.labels[LABEL_TRAINJOB])
     if type == "DELETED":
         engine.seen.rayjob_gone(namespace, name)
-    elif type is None or not engine.seen.rayjob_news(namespace, body):
-        # The listing at start-up (every TrainJob is resumed anyway), or nothing new.
-        return
+        engine.seen.version_gone(RAYJOBS, namespace, name)
+    else:
+        engine.seen.saw_version(RAYJOBS, meta, owner)
+        if type is None or not engine.seen.rayjob_news(namespace, body):
+            # The listing at start-up (every TrainJob is resumed anyway), or nothing new.
+            return
     metrics.WAKEUPS.labels(cause="rayjob").inc()
     engine.enqueue((namespace, owner))
 
@@ -64,12 +67,17 @@ async def raycluster_changed(
     if namespace is None:
         return
     engine = engine_of(memo)
+    owner = str(meta.labels[LABEL_TRAINJOB])
+    if type == "DELETED":
+        engine.seen.version_gone(RAYCLUSTERS, namespace, name)
+    else:
+        engine.seen.saw_version(RAYCLUSTERS, meta, owner)
     entry = None if type == "DELETED" else cluster_entry(status)
     news = engine.seen.cluster_news(namespace, name, entry)
     if type is None or not news:
         return  # the listing at start-up, or nothing a pass reads
     metrics.WAKEUPS.labels(cause="raycluster").inc()
-    engine.enqueue((namespace, str(meta.labels[LABEL_TRAINJOB])))
+    engine.enqueue((namespace, owner))
 
 
 def register(registry: kopf.OperatorRegistry) -> None:

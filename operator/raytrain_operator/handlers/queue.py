@@ -197,15 +197,62 @@ def trainjob_fingerprint(obj: Mapping[str, Any]) -> str:
     )
 
 
+def newer_version(found: str, known: str | None) -> bool:
+    """Whether resourceVersion `found` is later than `known` (None: none known). The API
+    server's versions are etcd revisions, numbers that only grow; one that is not a number is
+    later whenever it differs."""
+    if known is None:
+        return True
+    if found.isdigit() and known.isdigit():
+        return int(found) > int(known)
+    return found != known
+
+
 class Seen:
     """What the last passes read, by key: RayJobs and RayClusters by (namespace, name), TrainJobs
-    by (namespace, name). An event or a resync that shows the same wakes nothing."""
+    by (namespace, name). An event that shows the same wakes nothing.
+
+    Besides, the resourceVersion of every object of the kinds the engine follows (TrainJobs,
+    RayJobs, RayClusters) as its watch event or a pass's read last showed it, with the
+    TrainJob it belongs to: the resync lists their metadata only and queues the TrainJob of
+    each object whose version the watch has not shown, or that is gone without its event."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._rayjobs: dict[Key, str] = {}
         self._clusters: dict[Key, str] = {}
         self._trainjobs: dict[Key, str] = {}
+        #: plural -> (namespace, name) -> (resourceVersion, owner): the TrainJob's name for a
+        #: child, the TrainJob's uid for a TrainJob.
+        self._versions: dict[str, dict[Key, tuple[str, str]]] = {}
+
+    def saw_version(self, plural: str, metadata: Mapping[str, Any], owner: str) -> None:
+        """Record an object's resourceVersion (an older one than known is not recorded: a
+        watch event can arrive after a newer read)."""
+        version = str(metadata.get("resourceVersion") or "")
+        key = (str(metadata.get("namespace")), str(metadata.get("name")))
+        with self._guard:
+            kept = self._versions.setdefault(plural, {})
+            known = kept.get(key)
+            if version and newer_version(version, known[0] if known else None):
+                kept[key] = (version, owner)
+
+    def version_news(self, plural: str, metadata: Mapping[str, Any]) -> bool:
+        """Whether a listed object's resourceVersion is one no event or read has shown."""
+        key = (str(metadata.get("namespace")), str(metadata.get("name")))
+        with self._guard:
+            known = self._versions.get(plural, {}).get(key)
+        found = str(metadata.get("resourceVersion") or "")
+        return newer_version(found, known[0] if known else None)
+
+    def version_gone(self, plural: str, namespace: str, name: str) -> None:
+        with self._guard:
+            self._versions.get(plural, {}).pop((namespace, name), None)
+
+    def versions(self, plural: str) -> dict[Key, str]:
+        """Every object of a kind with a known version: its key -> its owner."""
+        with self._guard:
+            return {key: owner for key, (_, owner) in self._versions.get(plural, {}).items()}
 
     def saw_rayjob(self, namespace: str, rayjob: Mapping[str, Any]) -> None:
         name = str((rayjob.get("metadata") or {}).get("name"))

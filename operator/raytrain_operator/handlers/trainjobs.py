@@ -69,6 +69,7 @@ async def trainjob_changed(
         engine.forget(namespace, name, uid)
         logger.info("TrainJob deleted; Kubernetes garbage-collects its RayJob, ConfigMap and RBAC.")
         return
+    engine.seen.saw_version(PLURAL, meta, str(uid or ""))
     if not needs_operator(spec, status, meta.get("annotations") or {}):
         return
     if not engine.seen.trainjob_news(body):

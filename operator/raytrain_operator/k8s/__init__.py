@@ -153,18 +153,32 @@ def list_rayjobs(namespace: str, label_selector: str) -> list[dict[str, Any]]:
     return [dict(item) for item in (result or {}).get("items") or []]
 
 
+#: What a list asks for to get each object's metadata only (PartialObjectMetadataList): its
+#: name, labels, annotations, resourceVersion, managedFields; no spec, no status.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
 def iter_all(
-    group: str, version: str, plural: str, namespace: str | None, label_selector: str = ""
+    group: str,
+    version: str,
+    plural: str,
+    namespace: str | None,
+    label_selector: str = "",
+    *,
+    metadata_only: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Every object of a kind in a namespace (None: in every namespace), 500 per request; one
-    page in memory at a time (the resync goes through every TrainJob)."""
+    page in memory at a time (the resync goes through every TrainJob). `metadata_only`: each
+    object's metadata alone (a RayJob's is half its size, a TrainJob's two thirds)."""
     base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
     path = f"{base}/{plural}" if namespace is None else _path(group, version, namespace, plural)
+    accept = METADATA_ONLY if metadata_only else "application/json"
     token: str | None = None
     while True:
         query: dict[str, Any] = {"labelSelector": label_selector or None, "limit": 500}
         query["continue"] = token
-        page = call("list", plural, functools.partial(request, "GET", path, query=query)) or {}
+        get_page = functools.partial(request, "GET", path, query=query, accept=accept)
+        page = call("list", plural, get_page) or {}
         for item in page.get("items") or []:
             yield dict(item)
         token = (page.get("metadata") or {}).get("continue")
@@ -208,9 +222,10 @@ def get_template(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
 
 def patch_trainjob(
     namespace: str, name: str, body: dict[str, Any], *, subresource: str | None = None
-) -> bool:
-    """Merge-patch a TrainJob (or its status); False when a precondition in the body (uid,
-    resourceVersion) no longer holds (409) or the TrainJob is gone (404)."""
+) -> dict[str, Any] | None:
+    """Merge-patch a TrainJob (or its status): the TrainJob as the API server has it then;
+    None when a precondition in the body (uid, resourceVersion) no longer holds (409) or the
+    TrainJob is gone (404)."""
     path = _path(GROUP, VERSION, namespace, PLURAL, name)
     if subresource == "status":
         path += "/status"
@@ -221,7 +236,7 @@ def patch_trainjob(
         lambda: request("PATCH", path, body, query=query, content_type=MERGE_PATCH),
         ok=(404, 409),
     )
-    return result is not None
+    return dict(result) if result is not None else None
 
 
 def remove_trainjob_finalizer(

@@ -214,6 +214,7 @@ def request(
     *,
     query: dict[str, Any] | None = None,
     content_type: str = "application/json",
+    accept: str = "application/json",
 ) -> Any:
     """One API request; the decoded JSON answer, or ApiException for an error status."""
     options = _options
@@ -222,7 +223,7 @@ def request(
     ep = endpoint()
     params = {k: v for k, v in (query or {}).items() if v is not None}
     target = path + (f"?{urlencode(params)}" if params else "")
-    headers = {"Accept": "application/json", "User-Agent": options.user_agent}
+    headers = {"Accept": accept, "User-Agent": options.user_agent}
     auth = ep.authorization()
     if auth:
         headers["Authorization"] = auth
