@@ -28,7 +28,10 @@ on the KWOK nodes; there is room for one 8-GPU worker pod per node) unless --pau
 
 Uses its own cluster (RAYTRAIN_CLUSTER=raytrain-bench) so tests' clusters are left alone, and
 stops it at the end unless --keep-cluster. The lifecycle count runs first, on an operator with
-no other TrainJob, so the resync traffic of the 1,000 does not inflate it.
+no other TrainJob, so the resync traffic of the 1,000 does not inflate it, and once the
+operator watches (a warm-up TrainJob has had its RayJob and is gone): a TrainJob made before
+the operator's watch started would be listed at its start, not created under a running
+operator.
 """
 
 from __future__ import annotations
@@ -222,7 +225,8 @@ def main() -> int:
     )
     try:
         result: dict[str, Any] = {"jobs": args.jobs, "nodes": args.nodes}
-        result.update(_lifecycle(args, api_client, custom))
+        _warm_up(custom)
+        result.update(_lifecycle(args, api_client, custom, metrics_port))
         if pid and not args.pause_kuberay:
             os.kill(pid, signal.SIGCONT)
         result["kuberay"] = "paused" if args.pause_kuberay or not pid else "running"
@@ -487,9 +491,35 @@ def _idle(
     }
 
 
-def _lifecycle(args: argparse.Namespace, api_client: Any, custom: Any) -> dict[str, Any]:
-    """API requests per TrainJob lifecycle, on a fresh batch before anything else runs."""
+def _warm_up(custom: Any) -> None:
+    """Wait until the operator watches: one TrainJob taken to its RayJob, then deleted and gone.
+    A TrainJob made before the operator's watch starts is listed at its start (a `resume`
+    pass, which reads the TrainJob and fences), not created as it is in a running operator."""
+    deadline = time.monotonic() + 300
+    custom.create_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, trainjob("warm-up"))
+    while time.monotonic() < deadline:
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, "warm-up")
+        if (obj.get("status") or {}).get("rayJobName"):
+            break
+        time.sleep(0.2)
+    else:
+        raise SystemExit("the operator made no RayJob for the warm-up TrainJob in 300 s")
+    custom.delete_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, "warm-up")
+    while time.monotonic() < deadline:
+        items = custom.list_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL)["items"]
+        if not items:
+            return
+        time.sleep(0.5)
+    raise SystemExit("the warm-up TrainJob was not gone in 300 s")
+
+
+def _lifecycle(
+    args: argparse.Namespace, api_client: Any, custom: Any, metrics_port: int
+) -> dict[str, Any]:
+    """API requests per TrainJob lifecycle, on a fresh batch before anything else runs, with
+    the operator's passes by what queued them."""
     n = args.lifecycle_jobs
+    passes_before = passes_by_handler(metrics_port)
     before = request_series(api_client)
     own: dict[Series, int] = {}
 
@@ -561,11 +591,17 @@ def _lifecycle(args: argparse.Namespace, api_client: Any, custom: Any) -> dict[s
         for (resource, sub, verb), v in sorted(per_job.items(), key=lambda kv: -kv[1])
         if round(v, 2)
     }
+    passes_after = passes_by_handler(metrics_port)
+    passes = {
+        key: round((passes_after.get(key, 0.0) - passes_before.get(key, 0.0)) / n, 2)
+        for key in sorted(passes_after)
+    }
     return {
         "lifecycle_jobs": n,
         "lifecycle_succeeded": len(succeeded),
         "api_requests_per_lifecycle": round(sum(per_job.values()), 1),
         "api_requests_per_lifecycle_by_request": by_request,
+        "operator_passes_per_lifecycle": {k: v for k, v in passes.items() if v},
     }
 
 
