@@ -223,6 +223,7 @@ def main() -> int:
         stdout=subprocess.DEVNULL,
         stderr=open(state / "bench-operator.log", "w"),  # noqa: SIM115
     )
+    operator_started = time.monotonic()
     try:
         result: dict[str, Any] = {"jobs": args.jobs, "nodes": args.nodes}
         _warm_up(custom)
@@ -230,7 +231,7 @@ def main() -> int:
         if pid and not args.pause_kuberay:
             os.kill(pid, signal.SIGCONT)
         result["kuberay"] = "paused" if args.pause_kuberay or not pid else "running"
-        code = _measure(args, custom, operator, raw_rate, watch, result)
+        code = _measure(args, custom, operator, raw_rate, watch, result, operator_started)
         if code == 0 and args.idle_seconds > 0:
             result.update(_idle(args, api_client, operator, metrics_port))
         print(json.dumps(result, indent=2))
@@ -286,6 +287,7 @@ def _measure(
     raw_rate: float,
     watch: Any,
     result: dict[str, Any],
+    operator_started: float,
 ) -> int:
     """TrainJob created -> RayJob created for args.jobs TrainJobs, throughput and RSS."""
     created: dict[str, float] = {}
@@ -344,6 +346,14 @@ def _measure(
             "ratio_to_raw": round(rate / raw_rate, 3),
             "latency_p50_s": round(statistics.median(latencies), 3),
             "latency_p99_s": round(percentile(latencies, 0.99), 3),
+            "latency_over_1s": sum(1 for v in latencies if v > 1.0),
+            # When the slowest ones were created (seconds after the first create, and after
+            # the operator started): a stall of the machine shows as a cluster of them.
+            "slowest_created_at_s_and_latency_s": [
+                [round(created[n] - start, 1), round(seen[n] - created[n], 2)]
+                for n in sorted(created, key=lambda n: seen.get(n, 0) - created[n])[-10:]
+            ],
+            "operator_started_s_before_first_create": round(start - operator_started, 1),
             "operator_rss_mib": round(rss, 1),
             "operator_peak_rss_mib": round(peak, 1),
             "operator_sockets": counts["sockets"],

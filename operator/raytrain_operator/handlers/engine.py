@@ -53,6 +53,11 @@ LOG = logging.getLogger("raytrain_operator.engine")
 CONFLICT_RETRY_SECONDS = 0.5
 #: How long `stop` waits for the passes that run.
 STOP_SECONDS = 10.0
+#: The resync reads this many objects per request and waits this long after each page: a page
+#: is parsed while holding the interpreter's lock, and passes (new TrainJobs among them) must
+#: not wait behind a whole set's worth of pages.
+RESYNC_PAGE = 100
+RESYNC_PAGE_PAUSE_SECONDS = 0.05
 #: Label of a RayCluster made for a RayJob: the RayJob's name.
 ORIGINATED_FROM = "ray.io/originated-from-cr-name"
 
@@ -337,7 +342,12 @@ class Engine:
             known = self.seen.versions(plural)
             listed: set[Key] = set()
             for ns in namespaces:
-                for obj in k8s.iter_all(group, version, plural, ns, selector, metadata_only=True):
+                listing = k8s.iter_all(
+                    group, version, plural, ns, selector, metadata_only=True, page_size=RESYNC_PAGE
+                )
+                for count, obj in enumerate(listing, 1):
+                    if count % RESYNC_PAGE == 0 and self._stopped.wait(RESYNC_PAGE_PAUSE_SECONDS):
+                        return 0  # stopping
                     metadata = obj.get("metadata") or {}
                     key = (str(metadata.get("namespace")), str(metadata.get("name")))
                     listed.add(key)

@@ -268,10 +268,6 @@ class Seen:
         with self._guard:
             self._rayjobs.pop((namespace, name), None)
 
-    def rayjobs(self) -> set[Key]:
-        with self._guard:
-            return set(self._rayjobs)
-
     def cluster_news(self, namespace: str, name: str, entry: Mapping[str, Any] | None) -> bool:
         """Record a RayCluster's index entry (None: gone); True if it differs from the last."""
         text = None if entry is None else json.dumps(entry, sort_keys=True, default=str)

@@ -166,16 +166,18 @@ def iter_all(
     label_selector: str = "",
     *,
     metadata_only: bool = False,
+    page_size: int = 500,
 ) -> Iterator[dict[str, Any]]:
-    """Every object of a kind in a namespace (None: in every namespace), 500 per request; one
-    page in memory at a time (the resync goes through every TrainJob). `metadata_only`: each
-    object's metadata alone (a RayJob's is half its size, a TrainJob's two thirds)."""
+    """Every object of a kind in a namespace (None: in every namespace), `page_size` per
+    request; one page in memory at a time (the resync goes through every TrainJob).
+    `metadata_only`: each object's metadata alone (a RayJob's is half its size, a TrainJob's
+    two thirds)."""
     base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
     path = f"{base}/{plural}" if namespace is None else _path(group, version, namespace, plural)
     accept = METADATA_ONLY if metadata_only else "application/json"
     token: str | None = None
     while True:
-        query: dict[str, Any] = {"labelSelector": label_selector or None, "limit": 500}
+        query: dict[str, Any] = {"labelSelector": label_selector or None, "limit": page_size}
         query["continue"] = token
         get_page = functools.partial(request, "GET", path, query=query, accept=accept)
         page = call("list", plural, get_page) or {}
