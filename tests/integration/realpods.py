@@ -325,13 +325,17 @@ def adopt_crd_for_helm(cluster: KubeCluster) -> None:
         )  # fmt: skip
 
 
-def install_chart(cluster: KubeCluster, images: Images) -> None:
-    """`helm install` of charts/raytrain-operator, its pod pinned to the real node."""
+def install_chart(
+    cluster: KubeCluster, images: Images, extra_values: dict[str, Any] | None = None
+) -> None:
+    """`helm install` of charts/raytrain-operator, its pod pinned to the real node; the chart's
+    defaults but for the image, the placement and `extra_values`."""
     adopt_crd_for_helm(cluster)
     repository, tag = images.operator_image.rsplit(":", 1)
     values = {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         **ON_REAL_NODE,
+        **(extra_values or {}),
     }
     values_file = cluster.kubeconfig.parent / "realpods-values.yaml"
     values_file.write_text(yaml.safe_dump(values))
