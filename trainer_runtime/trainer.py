@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from raytrain_contract import Contract
-from trainer_runtime import manifests, resume
+from raytrain_contract import Contract, hang
+from trainer_runtime import hangwatch, manifests, resume, steptime
 from trainer_runtime import runlog as runlog_module
 from trainer_runtime.datawait import start_watch
 from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
@@ -386,13 +386,33 @@ def report_queue() -> Any:
 
 
 def _drain(
-    queue: Any, reporter: Reporter, stop: threading.Event, runlog: RunLog | None = None
+    queue: Any,
+    reporter: Reporter,
+    stop: threading.Event,
+    runlog: RunLog | None = None,
+    run: tuple[str, int] = ("", 0),
 ) -> None:
     from ray.util.queue import Empty
 
+    rounds = steptime.StepRounds()
+
     def apply(item: tuple[str, Any, Any]) -> None:
         kind, payload, uri = item
-        if kind == "report":
+        if kind == "steps":
+            done = rounds.add(payload)
+            if done:
+                reporter.on_steps(rounds.status())
+                if runlog is not None:
+                    runlog.steps(done)
+        elif kind == "started":
+            rounds.reset()
+            reporter.on_started()
+        elif kind == "hang":
+            stacks = None
+            if runlog is not None:
+                stacks = runlog.stacks(hangwatch.stacks_text(payload, *run))
+            reporter.on_hang(payload, stacks)
+        elif kind == "report":
             reporter.on_report(payload, uri)
             if runlog is not None:
                 runlog.metric(
@@ -445,6 +465,31 @@ def set_poll_interval(workers: int) -> None:
 
     # Ray Train hands this variable from the driver to its controller.
     os.environ.setdefault(HEALTH_CHECK_INTERVAL_S_ENV_VAR, f"{poll_interval(workers):g}")
+
+
+#: Ray Train 2.60's NCCL hang detector (off by default in Ray): its switch, its action and how
+#: long a communicator must stall before it acts (ray/train/v2/_internal/constants.py).
+NCCL_HANG_DETECTOR_ENV = "RAY_TRAIN_ENABLE_NCCL_HANG_DETECTOR"
+NCCL_RAS_ACTION_ENV = "RAY_TRAIN_NCCL_RAS_ACTION"
+NCCL_RAS_CONFIRM_ENV = "RAY_TRAIN_NCCL_RAS_CONFIRM_DURATION_S"
+
+
+def nccl_hang_detection(contract: Contract) -> dict[str, str]:
+    """The driver's environment that turns Ray's NCCL hang detector on for a GPU job whose
+    hang watch is on: it raises NCCLHangError (the operator's class Hung) once a communicator's
+    ranks stalled for the hang timeout (the floor of the derived one when unset), or only logs
+    with spec.failure.onHang Report. It asks NCCL's RAS through the ``ncclras`` client (NCCL
+    2.28 or later) in each worker; where the image has none, Ray says so once in the log and
+    the runtime's own watch still covers the job."""
+    failure = contract.failure
+    if not contract.scaling.use_gpu or failure.hang_timeout_seconds == 0:
+        return {}
+    confirm = failure.hang_timeout_seconds or hang.DEFAULT_FLOOR_SECONDS
+    return {
+        NCCL_HANG_DETECTOR_ENV: "1",
+        NCCL_RAS_ACTION_ENV: "observe" if failure.on_hang == hang.ON_HANG_REPORT else "fail",
+        NCCL_RAS_CONFIRM_ENV: f"{confirm:g}",
+    }
 
 
 def open_run_log(target: StorageTarget, contract: Contract, attempt: int) -> RunLog | None:
@@ -546,9 +591,18 @@ def _run_training(
             log.info("the run starts from %s (spec.resumeFrom)", contract.resume_from)
         train_fn = resume.with_seed(train_fn, contract.resume_from, target)
     train_fn = flushed_before_raising(train_fn)
+    train_fn = hangwatch.with_watched_thread(train_fn)
+    for key, value in nccl_hang_detection(contract).items():
+        # Read by Ray Train in this process when the trainer is built (an explicit setting of
+        # the pod's environment wins).
+        os.environ.setdefault(key, value)
 
     stop = threading.Event()
-    drainer = threading.Thread(target=_drain, args=(queue, reporter, stop, runlog), daemon=True)
+    drainer = threading.Thread(
+        target=_drain,
+        args=(queue, reporter, stop, runlog, (contract.run_name, reporter.state.attempt)),
+        daemon=True,
+    )
     drainer.start()
     watch: tuple[threading.Event, threading.Thread] | None = None
     if contract.datasets:
@@ -557,7 +611,10 @@ def _run_training(
         bridge = _make_bridge(queue, target, contract.attempt)
         error_bridge = _make_error_bridge(queue)
         commit = report_commit_callback()
-        bridges = [c for c in (bridge, error_bridge, commit) if c is not None]
+        hang_watch = hangwatch.make_hang_watch(queue, contract.failure.hang_timeout_seconds)
+        # Step times pair the ranks' reports of one group: a search's trials would mix theirs.
+        steps = steptime.step_time_callback(queue) if contract.tune is None else None
+        bridges = [c for c in (bridge, error_bridge, commit, hang_watch, steps) if c is not None]
         if contract.tune is not None:
             from trainer_runtime.tune import run_tune
 

@@ -1,7 +1,9 @@
 """metav1.Condition bookkeeping: which conditions exist, when they transitioned, what changed.
 
 `Created`, `Running`, `Suspended`, `Succeeded` and `Failed` are always present (True or False).
-`Reconciling` and `Stalled` follow kstatus' abnormal-true convention: present only while true.
+`Reconciling` and `Stalled` follow kstatus' abnormal-true convention: present only while true, and
+so do `Hung` (no training report for the hang timeout) and `Straggling` (a rank the others wait
+for).
 Every condition carries the generation it was computed from, refreshed on every pass, because
 `kubectl wait` ignores a condition whose observedGeneration is older than the object's.
 """
@@ -19,9 +21,11 @@ SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
+HUNG = "Hung"
+STRAGGLING = "Straggling"
 
 ALWAYS_PRESENT = (CREATED, RUNNING, SUSPENDED, SUCCEEDED, FAILED)
-ONLY_WHILE_TRUE = (RECONCILING, STALLED)
+ONLY_WHILE_TRUE = (RECONCILING, STALLED, HUNG, STRAGGLING)
 ORDER = ALWAYS_PRESENT + ONLY_WHILE_TRUE
 #: Messages quote Ray and the runtime (a traceback can be long); keep objects and Events small.
 MAX_MESSAGE = 4096
@@ -50,7 +54,7 @@ class Transition:
 
     @property
     def is_warning(self) -> bool:
-        return self.status == "True" and self.type in (FAILED, STALLED)
+        return self.status == "True" and self.type in (FAILED, STALLED, HUNG, STRAGGLING)
 
 
 def _status(value: bool) -> str:
