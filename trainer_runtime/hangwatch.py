@@ -321,7 +321,9 @@ def stacks_text(payload: Mapping[str, Any], run_name: str, attempt: int) -> str:
     )
     lines = [
         f"Stacks of the training processes of run {run_name}, attempt {attempt}, taken {when}: "
-        f"{quiet} (hang timeout {timeout} s).",
+        f"{quiet} (hang timeout {timeout:g} s)."
+        if isinstance(timeout, int | float)
+        else f"{quiet}.",
         "",
         "Where the ranks were: "
         + hang.describe_ranks(ranks, workers if isinstance(workers, int) else None)

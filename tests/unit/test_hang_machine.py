@@ -118,7 +118,7 @@ def test_past_the_timeout_it_waits_a_while_for_the_ranks_stacks() -> None:
     p = run(tj({"hangTimeoutSeconds": 30}), report(40))
     hung = cond(p, "Hung")
     assert hung is not None and hung["status"] == "True" and hung["reason"] == "NoProgress"
-    assert "no training report for 40 s, since step 40, epoch 3" in hung["message"]
+    assert "no training report for 40 s, since step 40 (epoch 3) at " in hung["message"]
     assert "reports came every 2 s (the median)" in hung["message"]
     assert "hang timeout is 30 s (spec.failure.hangTimeoutSeconds 30)" in hung["message"]
     assert "Waiting up to 50 s more for the stacks" in hung["message"]
@@ -146,6 +146,20 @@ def test_with_the_stacks_a_hang_restarts_from_the_checkpoint_as_a_failure_of_its
     assert "RayJob digits-1 starts from the latest checkpoint" in message
     assert p.status["hangs"] == [{"attempt": 0, "time": ts(), "nodes": ["node-b"]}]
     assert cond(p, "Hung") is None  # the failure speaks now, in Reconciling and its Event
+
+
+def test_of_two_groups_as_large_the_one_not_waiting_is_named_first() -> None:
+    trainer = report(35, with_stacks=True)
+    trainer["hang"]["groups"] = [
+        {"where": "in torch.distributed all_reduce", "waiting": True, "ranks": [0]},
+        {"where": "at hang.py:31 in loop (time.sleep(3600))", "waiting": False, "ranks": [1]},
+    ]
+    p = run(tj({"hangTimeoutSeconds": 30}, backoffLimit=2), trainer)
+    assert p.attempt_failure is not None
+    assert (
+        "Where the ranks were: rank 1 at hang.py:31 in loop (time.sleep(3600)); rank 0 in "
+        "torch.distributed all_reduce" in p.attempt_failure.message
+    )
 
 
 def test_without_stacks_it_acts_once_the_wait_is_over() -> None:

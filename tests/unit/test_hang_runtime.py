@@ -162,7 +162,7 @@ def test_the_ranks_answers_are_placed_and_the_silent_named(monkeypatch: pytest.M
         "texts": {str(k): v for k, v in texts.items()},
     }
     text = hangwatch.stacks_text(payload, "digits-5f0c2a7e91b3", 0)
-    assert "no training report for 31 s (hang timeout 30.0 s)" in text
+    assert "no training report for 31 s (hang timeout 30 s)" in text
     # Of two groups as large, the one not waiting on its peers comes first.
     assert (
         "Where the ranks were: rank 1 at app/loop.py:31 in loop (time.sleep(600)); rank 0 in "

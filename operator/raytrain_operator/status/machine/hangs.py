@@ -84,7 +84,11 @@ def where_ranks_were(stacks: Mapping[str, Any] | None, name: str, attempt: int) 
             f"watch); the driver's log may say more: raytrain logs {name} --attempt {attempt}"
         )
     groups = [g for g in stacks.get("groups") or [] if isinstance(g, Mapping)]
-    ranks = [{"rank": r, "where": g.get("where")} for g in groups for r in g.get("ranks") or []]
+    ranks = [
+        {"rank": r, "where": g.get("where"), "waiting": g.get("waiting")}
+        for g in groups
+        for r in g.get("ranks") or []
+    ]
     workers = stacks.get("workers")
     text = "Where the ranks were: " + (
         hang.describe_ranks(ranks, workers if isinstance(workers, int) else None) or "no rank"
@@ -107,7 +111,7 @@ def no_progress(
     step, epoch = report.get("step"), report.get("epoch")
     last = f"step {step}" if step is not None else "the start"
     if epoch is not None:
-        last += f", epoch {epoch}"
+        last += f" (epoch {epoch})"
     interval = _number(report.get("reportIntervalSeconds"))
     expected = (
         f"reports came every {interval:.3g} s (the median), "
