@@ -319,11 +319,10 @@ def stacks_text(payload: Mapping[str, Any], run_name: str, attempt: int) -> str:
         if isinstance(taken, int | float) and isinstance(last, int | float)
         else "no training report"
     )
+    limit = f" (hang timeout {timeout:g} s)" if isinstance(timeout, int | float) else ""
     lines = [
         f"Stacks of the training processes of run {run_name}, attempt {attempt}, taken {when}: "
-        f"{quiet} (hang timeout {timeout:g} s)."
-        if isinstance(timeout, int | float)
-        else f"{quiet}.",
+        f"{quiet}{limit}.",
         "",
         "Where the ranks were: "
         + hang.describe_ranks(ranks, workers if isinstance(workers, int) else None)
