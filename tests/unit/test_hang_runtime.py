@@ -356,3 +356,23 @@ def test_stacks_txt_keeps_the_latest_dumps_newest_first() -> None:
     runlog.flush()
     line = fs.files["bucket/run/attempt-0/steps.jsonl"].decode()
     assert '"round": 7' in line and '"busy": {"0": 0.1, "1": 0.4}' in line
+
+
+def test_a_local_run_says_once_per_stall_where_the_ranks_are() -> None:
+    from rich.console import Console
+
+    from trainer_runtime.console import ConsoleTransport
+
+    out = io.StringIO()
+    console = ConsoleTransport("run", console=Console(file=out, width=400), live=False)
+    clock = Clock()
+    reporter = Reporter(console, min_interval=0, clock=clock)
+    reporter.start()
+    reporter.on_report({"epoch": 0})
+    clock.now = 1031.0
+    reporter.on_hang(stall_payload(1000.0), "/store/run/attempt-0/stacks.txt")
+    reporter.tick()
+    text = out.getvalue()
+    assert text.count("no report for 30.0 s") == 1, text
+    assert "ranks [1] at loop.py:31 in loop" in text
+    assert "stacks: /store/run/attempt-0/stacks.txt" in text
