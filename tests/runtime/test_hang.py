@@ -19,6 +19,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,37 @@ def ray_cpu() -> Iterator[None]:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+META = Meta(name="digits", namespace="team-a", uid="u-1", generation=1)
+#: The RayJob of attempt 0 as KubeRay shows it while its Ray job runs.
+RAYJOB = {
+    "metadata": {"name": "digits-0", "ownerReferences": [{"uid": "u-1"}], "annotations": {}},
+    "spec": {"suspend": False},
+    "status": {
+        "jobDeploymentStatus": "Running",
+        "jobStatus": "RUNNING",
+        "startTime": "2000-01-01T00:00:00Z",
+    },
+}
+NOW_UNKNOWN = datetime(2000, 1, 1, tzinfo=timezone.utc)
+
+
+def trainjob(failure: dict[str, Any]) -> TrainJob:
+    """The TrainJob the operator would have for these runs."""
+    return TrainJob.model_validate(
+        {
+            "metadata": {"name": "digits", "namespace": "team-a", "uid": "u-1", "generation": 1},
+            "spec": {
+                "image": "raytrain/trainer-runtime:0.1.0",
+                "entrypoint": "tests/runtime/loops.py:hang_loop",
+                "scaling": {"numWorkers": 2},
+                "storage": {"pvc": {"claimName": "shared"}},
+                "failure": failure,
+                "backoffLimit": 2,
+            },
+        }
+    )
 
 
 def trainer_statuses(sink: RecordingTransport) -> list[dict[str, Any]]:
@@ -108,35 +140,13 @@ def test_a_rank_that_never_reaches_the_all_reduce_is_found_dumped_and_named(
     assert statuses[-1]["phase"] == "Succeeded"
 
     # What the operator makes of that report: the attempt is hung, the odd rank out first.
-    trainjob = TrainJob.model_validate(
-        {
-            "metadata": {"name": "digits", "namespace": "team-a", "uid": "u-1", "generation": 1},
-            "spec": {
-                "image": "raytrain/trainer-runtime:0.1.0",
-                "entrypoint": "tests/runtime/loops.py:hang_loop",
-                "scaling": {"numWorkers": 2},
-                "storage": {"pvc": {"claimName": "shared"}},
-                "failure": {"hangTimeoutSeconds": 8},
-                "backoffLimit": 2,
-            },
-        }
-    )
-    rayjob = {
-        "metadata": {"name": "digits-0", "ownerReferences": [{"uid": "u-1"}], "annotations": {}},
-        "spec": {"suspend": False},
-        "status": {
-            "jobDeploymentStatus": "Running",
-            "jobStatus": "RUNNING",
-            "startTime": "2000-01-01T00:00:00Z",
-        },
-    }
     plan = machine.plan(
         machine.Observation(
-            meta=Meta(name="digits", namespace="team-a", uid="u-1", generation=1),
-            trainjob=trainjob,
+            meta=META,
+            trainjob=trainjob({"hangTimeoutSeconds": 8}),
             status={"attempt": 0, "restarts": 0, "trainerStatus": report},
             now=taken,
-            rayjob=rayjob,
+            rayjob=RAYJOB,
         )
     )
     assert plan.attempt_failure is not None and plan.attempt_failure.reason == "Hung"
@@ -170,6 +180,24 @@ def test_a_rank_slower_before_each_all_reduce_is_named_the_straggler(
         s.get("step") for s in trainer_statuses(sink) if (s.get("stepTime") or {}).get("straggler")
     ]
     assert reports and reports[0] <= 14, reports
+    print(f"\nrank 1 named the straggler at report {reports[0]}: {first}")
+    # What the operator makes of it: the Straggling condition.
+    named_status = next(
+        s for s in trainer_statuses(sink) if (s.get("stepTime") or {}).get("straggler")
+    )
+    plan = machine.plan(
+        machine.Observation(
+            meta=META,
+            trainjob=trainjob({}),
+            status={"attempt": 0, "restarts": 0, "trainerStatus": named_status},
+            now=parse_rfc3339(named_status["lastUpdatedTime"]) or NOW_UNKNOWN,
+            rayjob=RAYJOB,
+        )
+    )
+    slow = find(plan.status["conditions"], "Straggling") or {}
+    assert slow.get("status") == "True", plan.status["conditions"]
+    assert str(slow.get("message", "")).startswith("rank 1 (pod "), slow
+    print(f"--- the operator's Straggling condition ---\n{slow.get('message')}")
     lines = (store / doc["runName"] / "attempt-0" / "steps.jsonl").read_text().splitlines()
     rounds = [json.loads(line) for line in lines]
     assert len(rounds) >= 15 and all(r["busy"]["1"] > r["busy"]["0"] for r in rounds[2:])
