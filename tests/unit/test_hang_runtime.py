@@ -66,6 +66,9 @@ def blocked_in_the_loop(started: threading.Event, release: threading.Event) -> N
 @pytest.fixture
 def stuck_thread() -> Iterator[threading.Thread]:
     started, release = threading.Event(), threading.Event()
+    # Another thread of the process, whose name sorts first: the training thread still leads.
+    helper = threading.Thread(target=release.wait, args=(60,), name="AAA-helper")
+    helper.start()
     thread = threading.Thread(
         target=blocked_in_the_loop, args=(started, release), name="TrainingThread(loop)"
     )
@@ -76,6 +79,7 @@ def stuck_thread() -> Iterator[threading.Thread]:
     finally:
         release.set()
         thread.join(10)
+        helper.join(10)
         hangwatch._TRAINING_THREAD = None
         steptime.CLOCK.thread = None
 
@@ -90,6 +94,7 @@ def test_a_dump_reads_every_threads_stack_the_training_thread_first(
     assert text.startswith(f"pid {dump['pid']}, pod digits-0-worker-a, node node-a")
     first = text.split("\nThread ", 2)[1]
     assert first.startswith('"TrainingThread(loop)"') and "[the training loop]" in first
+    assert 'Thread "AAA-helper"' in text
     assert "in blocked_in_the_loop" in first and "release.wait(60)" in first
     where = hang.place(dump["frames"])
     assert not where.waiting
