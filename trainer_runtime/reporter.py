@@ -197,6 +197,8 @@ class ReportState:
     best_cleared: bool = False
     #: When the latest report of this attempt came (or its training started), epoch seconds.
     progress_time: float | None = None
+    #: Reports this attempt made (`step` counts the run's, earlier attempts' included).
+    attempt_reports: int = 0
     #: Seconds between this attempt's latest reports (at most hang.INTERVALS_KEPT).
     intervals: list[float] = field(default_factory=list)
     #: status.trainerStatus.hang: where the ranks were at the current stall, or None.
@@ -227,6 +229,7 @@ def build_status_patch(state: ReportState, now: float) -> dict[str, Any]:
         trainer["checkpointing"] = state.checkpointing
     if state.progress_time is not None:
         trainer["lastProgressTime"] = rfc3339(state.progress_time)
+        trainer["attemptReports"] = state.attempt_reports
     interval = hang.median_interval(state.intervals)
     for key, value in (
         ("reportIntervalSeconds", round(interval, 3) if interval is not None else None),
@@ -358,6 +361,7 @@ class Reporter:
             del s.intervals[: -hang.INTERVALS_KEPT]
         self._last_report = now
         self._progress_at(now)
+        s.attempt_reports += 1
         s.step += 1
         s.metrics = dict(metrics)
         epoch = finished_epoch(metrics)

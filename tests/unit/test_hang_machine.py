@@ -148,6 +148,15 @@ def test_with_the_stacks_a_hang_restarts_from_the_checkpoint_as_a_failure_of_its
     assert cond(p, "Hung") is None  # the failure speaks now, in Reconciling and its Event
 
 
+def test_a_stall_before_the_attempts_first_report_says_so() -> None:
+    p = run(tj({"hangTimeoutSeconds": 30}), report(40, attemptReports=0))
+    hung = cond(p, "Hung") or {}
+    assert (
+        "no training report for 40 s, since the start of this attempt's training (it has not "
+        "reported yet) at " in hung["message"]
+    )
+
+
 def test_of_two_groups_as_large_the_one_not_waiting_is_named_first() -> None:
     trainer = report(35, with_stacks=True)
     trainer["hang"]["groups"] = [

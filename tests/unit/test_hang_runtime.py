@@ -198,6 +198,7 @@ def test_reports_carry_the_last_progress_and_the_median_interval() -> None:
         clock.now = t
         reporter.on_report({"epoch": 0})
     last = trainer(sink)
+    assert first["attemptReports"] == 0 and last["attemptReports"] == 3
     assert last["reportIntervalSeconds"] == 2.0
     assert last["lastProgressTime"] == "1970-01-01T00:16:54Z"
     assert "hang" not in last  # nothing to clear any more

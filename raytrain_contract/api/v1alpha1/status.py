@@ -143,6 +143,8 @@ class TrainerStatus(Model):
     """When the latest training report of this attempt reached the driver (or, before the
     first, when its training started): the hang watch counts from here. The driver pod's
     clock."""
+    attempt_reports: int | None = None
+    """Reports this attempt made (step counts the run's, earlier attempts' included)."""
     report_interval_seconds: float | None = None
     """Median seconds between this attempt's latest reports (at most 20); absent before two."""
     hang: HangReport | None = None

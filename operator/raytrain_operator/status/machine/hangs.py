@@ -109,9 +109,12 @@ def no_progress(
 ) -> str:
     """Which step and epoch were last, how long ago, what was expected."""
     step, epoch = report.get("step"), report.get("epoch")
-    last = f"step {step}" if step is not None else "the start"
-    if epoch is not None:
-        last += f" (epoch {epoch})"
+    if report.get("attemptReports") == 0:
+        last = "the start of this attempt's training (it has not reported yet)"
+    else:
+        last = f"step {step}" if step is not None else "its last report"
+        if epoch is not None:
+            last += f" (epoch {epoch})"
     interval = _number(report.get("reportIntervalSeconds"))
     expected = (
         f"reports came every {interval:.3g} s (the median), "
