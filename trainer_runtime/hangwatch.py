@@ -29,7 +29,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from raytrain_contract import hang
+from raytrain_contract import Contract, hang
 from trainer_runtime import steptime
 
 log = logging.getLogger("trainer_runtime.hangwatch")
@@ -65,6 +65,31 @@ def mark_training_thread() -> None:
         steptime.install(_TRAINING_THREAD)
     except Exception:  # timing must never stop training
         log.exception("could not time the waits of the training thread")
+
+
+#: Ray Train 2.60's NCCL hang detector (off by default in Ray): its switch, its action and how
+#: long a communicator must stall before it acts (ray/train/v2/_internal/constants.py).
+NCCL_HANG_DETECTOR_ENV = "RAY_TRAIN_ENABLE_NCCL_HANG_DETECTOR"
+NCCL_RAS_ACTION_ENV = "RAY_TRAIN_NCCL_RAS_ACTION"
+NCCL_RAS_CONFIRM_ENV = "RAY_TRAIN_NCCL_RAS_CONFIRM_DURATION_S"
+
+
+def nccl_hang_detection(contract: Contract) -> dict[str, str]:
+    """The driver's environment that turns Ray's NCCL hang detector on for a GPU job whose
+    hang watch is on: it raises NCCLHangError (the operator's class Hung) once a communicator's
+    ranks stalled for the hang timeout (the floor of the derived one when unset), or only logs
+    with spec.failure.onHang Report. It asks NCCL's RAS through the ``ncclras`` client (NCCL
+    2.28 or later) in each worker; where the image has none, Ray says so once in the log and
+    the runtime's own watch still covers the job."""
+    failure = contract.failure
+    if not contract.scaling.use_gpu or failure.hang_timeout_seconds == 0:
+        return {}
+    confirm = failure.hang_timeout_seconds or hang.DEFAULT_FLOOR_SECONDS
+    return {
+        NCCL_HANG_DETECTOR_ENV: "1",
+        NCCL_RAS_ACTION_ENV: "observe" if failure.on_hang == hang.ON_HANG_REPORT else "fail",
+        NCCL_RAS_CONFIRM_ENV: f"{confirm:g}",
+    }
 
 
 # -- in each training process ---------------------------------------------------------------------

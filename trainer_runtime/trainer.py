@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from raytrain_contract import Contract, hang
+from raytrain_contract import Contract
 from trainer_runtime import hangwatch, manifests, resume, steptime
 from trainer_runtime import runlog as runlog_module
 from trainer_runtime.datawait import start_watch
@@ -467,31 +467,6 @@ def set_poll_interval(workers: int) -> None:
     os.environ.setdefault(HEALTH_CHECK_INTERVAL_S_ENV_VAR, f"{poll_interval(workers):g}")
 
 
-#: Ray Train 2.60's NCCL hang detector (off by default in Ray): its switch, its action and how
-#: long a communicator must stall before it acts (ray/train/v2/_internal/constants.py).
-NCCL_HANG_DETECTOR_ENV = "RAY_TRAIN_ENABLE_NCCL_HANG_DETECTOR"
-NCCL_RAS_ACTION_ENV = "RAY_TRAIN_NCCL_RAS_ACTION"
-NCCL_RAS_CONFIRM_ENV = "RAY_TRAIN_NCCL_RAS_CONFIRM_DURATION_S"
-
-
-def nccl_hang_detection(contract: Contract) -> dict[str, str]:
-    """The driver's environment that turns Ray's NCCL hang detector on for a GPU job whose
-    hang watch is on: it raises NCCLHangError (the operator's class Hung) once a communicator's
-    ranks stalled for the hang timeout (the floor of the derived one when unset), or only logs
-    with spec.failure.onHang Report. It asks NCCL's RAS through the ``ncclras`` client (NCCL
-    2.28 or later) in each worker; where the image has none, Ray says so once in the log and
-    the runtime's own watch still covers the job."""
-    failure = contract.failure
-    if not contract.scaling.use_gpu or failure.hang_timeout_seconds == 0:
-        return {}
-    confirm = failure.hang_timeout_seconds or hang.DEFAULT_FLOOR_SECONDS
-    return {
-        NCCL_HANG_DETECTOR_ENV: "1",
-        NCCL_RAS_ACTION_ENV: "observe" if failure.on_hang == hang.ON_HANG_REPORT else "fail",
-        NCCL_RAS_CONFIRM_ENV: f"{confirm:g}",
-    }
-
-
 def open_run_log(target: StorageTarget, contract: Contract, attempt: int) -> RunLog | None:
     """The attempt's run log (driver output, metrics, worker errors) in checkpoint storage."""
     try:
@@ -592,7 +567,7 @@ def _run_training(
         train_fn = resume.with_seed(train_fn, contract.resume_from, target)
     train_fn = flushed_before_raising(train_fn)
     train_fn = hangwatch.with_watched_thread(train_fn)
-    for key, value in nccl_hang_detection(contract).items():
+    for key, value in hangwatch.nccl_hang_detection(contract).items():
         # Read by Ray Train in this process when the trainer is built (an explicit setting of
         # the pod's environment wins).
         os.environ.setdefault(key, value)

@@ -382,3 +382,39 @@ def test_a_local_run_says_once_per_stall_where_the_ranks_are() -> None:
     assert text.count("no report for 30.0 s") == 1, text
     assert "ranks [1] at loop.py:31 in loop" in text
     assert "stacks: /store/run/attempt-0/stacks.txt" in text
+
+
+def contract(use_gpu: bool, **failure: Any) -> Any:
+    from raytrain_contract import (
+        Contract,
+        FailureSettings,
+        PvcStorage,
+        Scaling,
+        TorchSettings,
+        TrainJobRef,
+    )
+
+    return Contract(
+        train_job=TrainJobRef(namespace="team-a", name="digits", uid="u"),
+        run_name="digits-u",
+        entrypoint="m:f",
+        scaling=Scaling(num_workers=2, use_gpu=use_gpu),
+        torch=TorchSettings(backend="nccl" if use_gpu else "gloo"),
+        storage=PvcStorage(type="pvc", path="/mnt/raytrain/x"),
+        failure=FailureSettings(**failure),
+    )
+
+
+def test_rays_nccl_hang_detector_is_on_for_gpu_jobs_with_the_watch_on() -> None:
+    assert hangwatch.nccl_hang_detection(contract(False)) == {}
+    assert hangwatch.nccl_hang_detection(contract(True, hang_timeout_seconds=0)) == {}
+    assert hangwatch.nccl_hang_detection(contract(True)) == {
+        "RAY_TRAIN_ENABLE_NCCL_HANG_DETECTOR": "1",
+        "RAY_TRAIN_NCCL_RAS_ACTION": "fail",
+        "RAY_TRAIN_NCCL_RAS_CONFIRM_DURATION_S": "600",
+    }
+    report = hangwatch.nccl_hang_detection(
+        contract(True, hang_timeout_seconds=120, on_hang="Report")
+    )
+    assert report["RAY_TRAIN_NCCL_RAS_ACTION"] == "observe"
+    assert report["RAY_TRAIN_NCCL_RAS_CONFIRM_DURATION_S"] == "120"
