@@ -15,6 +15,7 @@ answer; its rank is named as such after ``STACKS_ANSWER_SECONDS``.
 The stacks go to the driver through the report queue: the run log writes ``stacks.txt`` beside
 the attempt's ``driver.log`` and the reporter writes ``status.trainerStatus.hang``. The
 operator decides what the hang gets (spec.failure.onHang): the runtime only watches and tells.
+For a GPU job it also turns on Ray Train's own NCCL hang detector (``nccl_hang_detection``).
 """
 
 from __future__ import annotations

@@ -368,3 +368,17 @@ def test_a_bad_value_names_the_field(failure: dict[str, Any], words: str) -> Non
         tj(failure)
     where = {".".join(str(p) for p in e["loc"]) for e in caught.value.errors()}
     assert any(w.endswith(words) for w in where), where
+
+
+def test_the_contract_carries_the_timeout_and_on_hang_only_when_set() -> None:
+    from raytrain_contract import dump_contract, load_contract
+    from raytrain_operator.builders.contract import build_contract
+
+    plain = dump_contract(build_contract(tj(), meta(), attempt=0))
+    assert plain["failure"] == {"maxFailures": 0}  # what a 0.1.0 runtime reads
+    doc = dump_contract(
+        build_contract(tj({"hangTimeoutSeconds": 45, "onHang": "Report"}), meta(), 0)
+    )
+    assert doc["failure"] == {"maxFailures": 0, "hangTimeoutSeconds": 45.0, "onHang": "Report"}
+    parsed = load_contract(doc).failure
+    assert (parsed.hang_timeout_seconds, parsed.on_hang) == (45.0, "Report")
