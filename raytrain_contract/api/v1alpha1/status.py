@@ -340,8 +340,8 @@ class OutOfMemoryStatus(Model):
 
 
 class HangRecord(Model):
-    """An attempt the operator ended (or reported) as hung, and the nodes of the ranks found
-    holding the others up."""
+    """An attempt the operator ended as hung (onHang Restart or Fail), and the nodes of the ranks
+    found holding the others up."""
 
     attempt: int
     """The attempt."""
