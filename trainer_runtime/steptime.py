@@ -34,6 +34,8 @@ log = logging.getLogger("trainer_runtime.steptime")
 ENABLE_ENV = "RAYTRAIN_STEP_TIMES"
 #: A rank sends its samples at most this often (and with its first report).
 SEND_EVERY_S = 2.0
+#: After this many failed sends in a row (the driver's queue gone), a rank stops sending.
+GIVE_UP_AFTER = 3
 #: The ``torch.distributed`` calls that wait on the other ranks.
 COLLECTIVES = (
     "all_reduce",
@@ -193,6 +195,7 @@ def step_time_callback(queue: Any) -> Any | None:
     class StepTimes(TrainContextCallback):  # type: ignore[misc]
         def __init__(self) -> None:
             self._steps: RankSteps | None = None
+            self._failures = 0
 
         @contextlib.contextmanager
         def on_report(self) -> Iterator[None]:
@@ -208,10 +211,17 @@ def step_time_callback(queue: Any) -> Any | None:
             try:
                 take_waits()  # what the report itself waited is not the next step's
                 steps.leave()
-                if steps.due():
+                if steps.due() and self._failures < GIVE_UP_AFTER:
                     self._send(steps)
+                    self._failures = 0
             except Exception:
-                log.exception("could not send the step times")
+                self._failures += 1
+                steps.take()  # what could not be sent is dropped, not sent twice
+                if self._failures == GIVE_UP_AFTER:
+                    log.exception(
+                        "could not send the step times %d times; this rank stops sending them",
+                        GIVE_UP_AFTER,
+                    )
 
         def _send(self, steps: RankSteps) -> None:
             import ray.train

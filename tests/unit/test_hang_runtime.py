@@ -418,3 +418,45 @@ def test_rays_nccl_hang_detector_is_on_for_gpu_jobs_with_the_watch_on() -> None:
     )
     assert report["RAY_TRAIN_NCCL_RAS_ACTION"] == "observe"
     assert report["RAY_TRAIN_NCCL_RAS_CONFIRM_DURATION_S"] == "120"
+
+
+@pytest.mark.runtime
+def test_a_rank_sends_its_step_times_in_batches_and_stops_when_the_queue_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("ray", reason="Ray comes with the runtime extra: make install")
+    import ray.train
+
+    class Context:
+        def get_world_rank(self) -> int:
+            return 1
+
+        def get_world_size(self) -> int:
+            return 2
+
+    class Queue:
+        def __init__(self, fail: bool) -> None:
+            self.fail, self.items, self.calls = fail, [], 0
+
+        def put_nowait(self, item: Any) -> None:
+            self.calls += 1
+            if self.fail:
+                raise ConnectionError("the driver's queue is gone")
+            self.items.append(item)
+
+    monkeypatch.setattr(ray.train, "get_context", lambda: Context())
+    monkeypatch.setattr(steptime, "SEND_EVERY_S", 0.0)
+    good = Queue(fail=False)
+    callback = steptime.step_time_callback(good)
+    for _ in range(4):
+        with callback.on_report():
+            pass
+    kinds = {kind for kind, _, _ in good.items}
+    assert kinds == {"steps"} and sum(len(p["samples"]) for _, p, _ in good.items) == 3
+    assert good.items[0][1]["rank"] == 1 and good.items[0][1]["workers"] == 2
+    bad = Queue(fail=True)
+    callback = steptime.step_time_callback(bad)
+    for _ in range(10):
+        with callback.on_report():  # never raises into the loop
+            pass
+    assert bad.calls == steptime.GIVE_UP_AFTER
