@@ -29,7 +29,8 @@ class FailureSpec(Model):
     """Seconds without a training report (ray.train.report) after which the attempt counts as
     hung: the stacks of every training process are stored beside the attempt's logs (raytrain
     logs NAME --attempt N --stacks), the Hung condition says where each rank was, and
-    spec.failure.onHang decides what follows. 0 turns the watch off. Unset: 10 times the
+    spec.failure.onHang decides what follows. Counted from the latest report, or before the
+    first one from the start of the worker group. 0 turns the watch off. Unset: 10 times the
     median interval of the attempt's latest reports, at least 600 s, and 1800 s before its
     second report. Set it above the longest pause the loop makes between two reports on
     purpose (an evaluation, a checkpoint of its own, a data reload)."""
