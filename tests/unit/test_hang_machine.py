@@ -210,6 +210,15 @@ def test_on_hang_report_only_says_so_and_the_next_report_clears_it() -> None:
     assert any(t.type == "Hung" and t.status == "False" for t in after.transitions)
 
 
+def test_with_no_retries_at_all_a_restart_says_which_setting_gives_one() -> None:
+    p = run(tj({"hangTimeoutSeconds": 30}), report(35, with_stacks=True))  # backoffLimit 0
+    failed = cond(p, "Failed") or {}
+    assert p.phase == "Failed" and failed["reason"] == "Hung"
+    assert "spec.failure.onHang is Restart, but spec.backoffLimit is 0" in failed["message"]
+    assert "Set spec.backoffLimit to restart a hung attempt" in failed["message"]
+    assert m.DeleteRayJob("digits-0") in p.actions and p.attempt_failure is not None
+
+
 def test_used_up_retries_or_a_policy_that_does_not_retry_end_the_attempt_too() -> None:
     p = run(tj({"hangTimeoutSeconds": 30}, backoffLimit=1), report(35, with_stacks=True),
             restarts=1)  # fmt: skip

@@ -28,7 +28,7 @@ from raytrain_contract.api.v1alpha1 import OnHang, TrainJob
 from raytrain_contract.timefmt import parse_rfc3339, rfc3339
 from raytrain_operator.status import conditions as c
 from raytrain_operator.status import triage
-from raytrain_operator.status.machine.failures import _attempt_failed
+from raytrain_operator.status.machine.failures import _attempt_failed, retry_policy
 from raytrain_operator.status.machine.pass_builder import _Builder, _fail, _Pass
 from raytrain_operator.status.machine.plan_types import FAILED, RUNNING, DeleteRayJob, Plan
 
@@ -219,6 +219,19 @@ def hang_watch(b: _Builder, p: _Pass) -> Plan | None:
             triage.FailureClass.HUNG.value,
             f"attempt {p.attempt} failed (Hung): {message}. spec.failure.onHang is Fail: its "
             f"RayJob {p.name} was deleted and no retry is made",
+        )
+    if tj.spec.backoff_limit == 0 and triage.retry_decision(
+        triage.FailureClass.HUNG, None, retry_policy(tj)
+    ):
+        b.failure = found
+        b.actions.append(DeleteRayJob(p.name))
+        return _fail(
+            b,
+            triage.FailureClass.HUNG.value,
+            f"attempt {p.attempt} failed (Hung): {message}{avoided}. spec.failure.onHang is "
+            "Restart, but spec.backoffLimit is 0, so no attempt is retried: its RayJob "
+            f"{p.name} was deleted. Set spec.backoffLimit to restart a hung attempt from its "
+            "latest checkpoint",
         )
     plan = _attempt_failed(b, tj, p.attempt, p.restarts, ("Hung", ""), found)
     if plan.phase == FAILED:
