@@ -7,7 +7,9 @@ path finds its checkpoint-manager snapshot and hands the latest checkpoint to th
 needs nothing from us but a stable run name (the contract's ``runName``) and storage.
 
 Reports travel from the controller to the driver through a Ray queue; the driver owns the
-single ``Reporter``, so there is one writer even when the controller is restarted.
+single ``Reporter``, so there is one writer even when the controller is restarted. The same
+queue carries the hang watch's stacks (trainer_runtime/hangwatch.py) and the ranks' step times
+(trainer_runtime/steptime.py).
 """
 
 from __future__ import annotations
