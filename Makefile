@@ -188,10 +188,10 @@ test: install prereqs lint
 # with the rest; the deleted head pod, the suspend and resume and the node that takes the pods
 # away (marker realpods_second_cluster), the SIGKILLed training worker (realpods_sigkill) and
 # the evictions and the drain of test_realpods_preemption.py (marker realpods_preemption) and
-# the resumable example's mid-epoch resume after a deleted worker pod (realpods_mid_epoch) run
-# only here.
+# the resumable example's mid-epoch resume after a deleted worker pod (realpods_mid_epoch) and
+# the hung rank's restart (test_realpods_hang.py, realpods_second_cluster) run only here.
 test-faults: install prereqs
-	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py tests/integration/test_realpods_preemption.py tests/integration/test_realpods_triage.py tests/integration/test_realpods_checkpoints.py
+	$(NETNS) $(PYTHON) -m pytest -m realpods_faults tests/integration/test_realpods.py tests/integration/test_realpods_preemption.py tests/integration/test_realpods_triage.py tests/integration/test_realpods_checkpoints.py tests/integration/test_realpods_hang.py
 
 # The Transformers and Lightning examples as written, in the frameworks image, on real pods.
 # `make test` checks the image (tests/images) and leaves these out to stay within CI's time;

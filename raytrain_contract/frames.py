@@ -1,7 +1,8 @@
 """The runtime's own frames in a training worker's traceback.
 
 The runtime wraps the user's training function (``trainer_runtime.entrypoint.wrap_loop`` and
-what it wraps with: ``flush.flushed_before_raising``, ``resume.with_seed``). Those frames sit
+what it wraps with: ``flush.flushed_before_raising``, ``resume.with_seed``,
+``hangwatch.with_watched_thread``). Those frames sit
 between Ray's call and the user's code in every worker's traceback. Both sides keep only a
 traceback's last lines in a status message (the runtime in its report, the operator when it
 quotes the driver's log from KubeRay's message), so left in, the wrapper frames take the place of
@@ -20,9 +21,13 @@ RUNTIME_FRAMES = frozenset(
         ("trainer_runtime/entrypoint.py", "loop"),
         ("trainer_runtime/entrypoint.py", "loop_with_config"),
         ("trainer_runtime/flush.py", "guarded"),
+        ("trainer_runtime/hangwatch.py", "watched"),
         ("trainer_runtime/manifests.py", "verified"),
         ("trainer_runtime/manifests.py", "_run_seed"),
         ("trainer_runtime/resume.py", "seeded"),
+        # Not a wrapper of the loop: the timer around torch.distributed's collectives and
+        # backward() (steptime.install), between the loop's call and torch's frames.
+        ("trainer_runtime/steptime.py", "timed"),
     }
 )
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<name>\S+)\s*$')

@@ -179,6 +179,11 @@ class CheckpointSettings(_Section):
 
 class FailureSettings(_Section):
     max_failures: int = Field(default=0, ge=-1)
+    #: spec.failure.hangTimeoutSeconds: None derives the timeout from the report interval
+    #: (raytrain_contract.hang), 0 turns the runtime's hang watch off.
+    hang_timeout_seconds: float | None = Field(default=None, ge=0)
+    #: spec.failure.onHang: Restart, Fail or Report (raytrain_contract.hang.ON_HANG_VALUES).
+    on_hang: Literal["Restart", "Fail", "Report"] = "Restart"
 
 
 class Dataset(_Section):
@@ -285,6 +290,7 @@ class Contract(_Section):
 _ADDED_SINCE_0_1_0: dict[type[BaseModel], frozenset[str]] = {
     Contract: frozenset({"resume_from", "code"}),
     CheckpointSettings: frozenset({"verify"}),
+    FailureSettings: frozenset({"hang_timeout_seconds", "on_hang"}),
 }
 
 

@@ -23,6 +23,7 @@ class ConsoleTransport:
         self._live = live
         self._last_step: int | None = None
         self._last_checkpoint: str | None = None
+        self._last_hang: str | None = None
 
     def _bar(self) -> Progress:
         if self._progress is None:
@@ -56,6 +57,16 @@ class ConsoleTransport:
         if latest and latest != self._last_checkpoint:
             self._last_checkpoint = latest
             self.console.print(f"[green]checkpoint {ckpt.get('count')}[/]  {escape(latest)}")
+        hang = trainer.get("hang")
+        if isinstance(hang, Mapping) and hang.get("since") != self._last_hang:
+            self._last_hang = str(hang.get("since"))
+            groups = "; ".join(
+                f"ranks {g.get('ranks')} {g.get('where')}" for g in hang.get("groups") or []
+            )
+            self.console.print(
+                f"[bold red]no report for {hang.get('timeoutSeconds')} s[/]  {escape(groups)}"
+                + (f"  stacks: {escape(str(hang['stacks']))}" if hang.get("stacks") else "")
+            )
         phase = trainer.get("phase")
         if phase in ("Succeeded", "Failed"):
             if phase == "Succeeded":

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from raytrain_contract import DEFAULT_REPORT_MIN_INTERVAL_SECONDS
+from raytrain_contract import DEFAULT_REPORT_MIN_INTERVAL_SECONDS, hang
 from raytrain_contract.timefmt import parse_rfc3339, rfc3339
 from trainer_runtime import failure
 
@@ -195,6 +195,18 @@ class ReportState:
     resume_pending: bool = False
     #: Send bestURI/bestMetric even when None: the best checkpoint was rejected.
     best_cleared: bool = False
+    #: When the latest report of this attempt came (or its training started), epoch seconds.
+    progress_time: float | None = None
+    #: Reports this attempt made (`step` counts the run's, earlier attempts' included).
+    attempt_reports: int = 0
+    #: Seconds between this attempt's latest reports (at most hang.INTERVALS_KEPT).
+    intervals: list[float] = field(default_factory=list)
+    #: status.trainerStatus.hang: where the ranks were at the current stall, or None.
+    hang: dict[str, Any] | None = None
+    #: status.trainerStatus.stepTime, or None.
+    step_time: dict[str, Any] | None = None
+    #: trainerStatus keys the next patch sends as null (an earlier attempt's, or a hang over).
+    cleared: set[str] = field(default_factory=lambda: {"reportIntervalSeconds", "hang", "stepTime"})
 
 
 def build_status_patch(state: ReportState, now: float) -> dict[str, Any]:
@@ -215,6 +227,17 @@ def build_status_patch(state: ReportState, now: float) -> dict[str, Any]:
         trainer["estimatedRemainingSeconds"] = state.eta
     if state.checkpointing is not None:
         trainer["checkpointing"] = state.checkpointing
+    if state.progress_time is not None:
+        trainer["lastProgressTime"] = rfc3339(state.progress_time)
+        trainer["attemptReports"] = state.attempt_reports
+    interval = hang.median_interval(state.intervals)
+    for key, value in (
+        ("reportIntervalSeconds", round(interval, 3) if interval is not None else None),
+        ("hang", state.hang),
+        ("stepTime", state.step_time),
+    ):
+        if value is not None or key in state.cleared:
+            trainer[key] = value
     status: dict[str, Any] = {"trainerStatus": trainer}
     if state.checkpoint_count or state.latest_uri:
         checkpoint: dict[str, Any] = {"count": state.checkpoint_count}
@@ -288,6 +311,7 @@ class Reporter:
         self._request_seen: str | None = None
         self._request_done: str | None = None
         self._finished = False
+        self._last_report: float | None = None
         self.reports = 0
         self.patches_sent = 0
         self.patches_failed = 0
@@ -323,6 +347,7 @@ class Reporter:
                 self.state.best_metric = float(ckpt["bestMetric"])
             if isinstance(ckpt.get("rejected"), list):
                 self.state.rejected = [r for r in ckpt["rejected"] if isinstance(r, dict)]
+        self.state.progress_time = self._clock()
         self._pending = True
         self.tick()
 
@@ -331,6 +356,12 @@ class Reporter:
         now = self._clock()
         self.reports += 1
         s = self.state
+        if self._last_report is not None:
+            s.intervals.append(max(0.0, now - self._last_report))
+            del s.intervals[: -hang.INTERVALS_KEPT]
+        self._last_report = now
+        self._progress_at(now)
+        s.attempt_reports += 1
         s.step += 1
         s.metrics = dict(metrics)
         epoch = finished_epoch(metrics)
@@ -373,6 +404,77 @@ class Reporter:
         s.resume_pending = True
         self._pending = True
         self.tick()
+
+    def on_started(self) -> None:
+        """Ray Train started a worker group (the first, or a restart after a worker failed):
+        the hang watch counts from here, as the controller's does."""
+        self._last_report = None
+        self.state.intervals = []
+        self._progress_at(self._clock())
+        self._pending = True
+        self.tick()
+
+    def on_hang(self, payload: Mapping[str, Any], stacks_uri: str | None) -> None:
+        """The controller's hang watch took every rank's stacks (trainer_runtime/hangwatch.py).
+
+        Kept only when no report came since the stall it was taken for: the controller's time
+        of its last progress is on the driver's node clock, a little before the driver's own.
+        """
+        s = self.state
+        last = payload.get("lastProgress")
+        timeout = float(payload.get("timeoutSeconds") or 0.0)
+        if (
+            s.progress_time is not None
+            and isinstance(last, int | float)
+            and s.progress_time - last > max(1.0, timeout / 2)
+        ):
+            log.info("stacks of an earlier stall arrived after a report; not reported")
+            return
+        ranks = [r for r in payload.get("ranks") or [] if isinstance(r, Mapping)]
+        groups = [
+            {
+                "where": where[:1024],
+                "waiting": any(bool(r.get("waiting")) for r in ranks if r.get("where") == where),
+                "ranks": found,
+            }
+            for where, found in hang.group_ranks(ranks)
+        ][:64]
+        suspects = set(hang.suspects(ranks))
+        report: dict[str, Any] = {
+            "since": rfc3339(s.progress_time if s.progress_time is not None else self._clock()),
+            "time": rfc3339(float(payload.get("time") or self._clock())),
+            "timeoutSeconds": timeout,
+            "workers": payload.get("workers"),
+            "groups": groups,
+            "suspects": [
+                {k: r.get(k) for k in ("rank", "pod", "node") if r.get(k) is not None}
+                for r in ranks
+                if r.get("rank") in suspects
+            ][:64],
+        }
+        unanswered = [r for r in payload.get("unanswered") or [] if isinstance(r, int)]
+        if unanswered:
+            report["unanswered"] = unanswered
+        if stacks_uri:
+            report["stacks"] = stacks_uri
+        s.hang = report
+        s.cleared.discard("hang")
+        self._pending = True
+        self.tick()
+
+    def on_steps(self, step_time: Mapping[str, Any] | None) -> None:
+        """The ranks' step times of the latest rounds (trainer_runtime/steptime.py); sent with
+        the next report."""
+        self.state.step_time = dict(step_time) if step_time is not None else None
+        if step_time is None:
+            self.state.cleared.add("stepTime")
+
+    def _progress_at(self, now: float) -> None:
+        s = self.state
+        s.progress_time = now
+        if s.hang is not None:
+            s.hang = None
+            s.cleared.add("hang")
 
     def on_worker_error(self, message: str) -> None:
         """A worker failed; Ray Train may restart the group (FailureConfig), so still Running.
@@ -511,6 +613,8 @@ class Reporter:
                 self.patches_sent += 1
                 self.state.resume_pending = False
                 self.state.best_cleared = False
+                trainer = body["status"].get("trainerStatus") or {}
+                self.state.cleared -= {k for k in self.state.cleared if k in trainer}
                 return
             except Exception as exc:
                 if SUPERSEDED in str(getattr(exc, "body", None) or exc):

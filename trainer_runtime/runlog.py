@@ -7,7 +7,12 @@ inside one) the driver keeps:
 - ``metrics.jsonl``: one JSON line per ``ray.train.report`` (time, epoch, step, metrics,
   checkpoint URI);
 - ``worker-<rank>.error.txt``: a failed training worker's exception type, message and the last
-  lines of its traceback.
+  lines of its traceback;
+- ``stacks.txt``: when the attempt's reports stopped for the hang timeout, where every rank
+  was, grouped, and every training process's stacks (the latest ``STACK_DUMPS_KEPT`` dumps,
+  newest first; trainer_runtime/hangwatch.py);
+- ``steps.jsonl``: one JSON line per report round with each rank's busy seconds and the
+  round's wall seconds (trainer_runtime/steptime.py).
 
 Writing never holds training up: output is kept in memory (a bounded head and tail, so a run
 that prints without end costs a fixed amount) and written from a background thread every few
@@ -33,7 +38,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import Any, TextIO
 
@@ -48,6 +53,10 @@ ATTEMPT_DIR = "attempt-{attempt}"
 DRIVER_LOG = "driver.log"
 METRICS = "metrics.jsonl"
 WORKER_ERROR = "worker-{rank}.error.txt"
+STACKS = "stacks.txt"
+STEPS = "steps.jsonl"
+#: Stack dumps stacks.txt keeps (a job with onHang Report can stall more than once).
+STACK_DUMPS_KEPT = 3
 
 #: Seconds between background writes: what a SIGKILL can lose at most.
 FLUSH_INTERVAL_S = 5.0
@@ -159,6 +168,8 @@ class RunLog:
         self._lock = threading.Lock()
         self._driver = BoundedText(*log_bytes, len, _chars_marker)
         self._metrics = BoundedText(*metric_lines, _one, _lines_marker)
+        self._steps = BoundedText(*metric_lines, _one, _lines_marker)
+        self._stacks: list[str] = []
         self._errors: dict[int, str] = {}
         self._dirty: set[str] = set()
         self._failed: set[str] = set()
@@ -202,6 +213,36 @@ class RunLog:
         with self._lock:
             self._metrics.add(line)
             self._dirty.add(METRICS)
+
+    def steps(self, rounds: Sequence[tuple[int, Mapping[int, tuple[float, float]]]]) -> None:
+        """Report rounds of the ranks' step times: each rank's busy seconds, the wall seconds."""
+        if not rounds:
+            return
+        now = round(self._clock(), 3)
+        lines = []
+        for index, row in rounds:
+            walls = sorted(w for _, w in row.values())
+            record = {
+                "time": now,
+                "round": index,
+                "wall": walls[len(walls) // 2],
+                "busy": {str(rank): busy for rank, (busy, _) in sorted(row.items())},
+            }
+            lines.append(json.dumps(record) + "\n")
+        with self._lock:
+            for line in lines:
+                self._steps.add(line)
+            self._dirty.add(STEPS)
+
+    def stacks(self, text: str) -> str:
+        """One dump of every rank's stacks; written at once (the pods may go soon). Returns
+        the file's location."""
+        with self._lock:
+            self._stacks.insert(0, text)
+            del self._stacks[STACK_DUMPS_KEPT:]
+            self._dirty.add(STACKS)
+        self._wake.set()
+        return f"{self.uri}/{STACKS}"
 
     def worker_errors(self, errors: Mapping[int, str], *, replace: bool = True) -> None:
         """Error summaries by worker rank; written at once (the pods may go soon).
@@ -249,6 +290,10 @@ class RunLog:
                         contents[name] = self._driver.render()
                     elif name == METRICS:
                         contents[name] = self._metrics.render()
+                    elif name == STEPS:
+                        contents[name] = self._steps.render()
+                    elif name == STACKS:
+                        contents[name] = "\n\n".join(self._stacks)
                     else:
                         rank = int(name.split("-", 1)[1].split(".", 1)[0])
                         contents[name] = self._errors[rank]

@@ -7,7 +7,9 @@ path finds its checkpoint-manager snapshot and hands the latest checkpoint to th
 needs nothing from us but a stable run name (the contract's ``runName``) and storage.
 
 Reports travel from the controller to the driver through a Ray queue; the driver owns the
-single ``Reporter``, so there is one writer even when the controller is restarted.
+single ``Reporter``, so there is one writer even when the controller is restarted. The same
+queue carries the hang watch's stacks (trainer_runtime/hangwatch.py) and the ranks' step times
+(trainer_runtime/steptime.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytrain_contract import Contract
-from trainer_runtime import manifests, resume
+from trainer_runtime import hangwatch, manifests, resume, steptime
 from trainer_runtime import runlog as runlog_module
 from trainer_runtime.datawait import start_watch
 from trainer_runtime.entrypoint import EntrypointError, load_entrypoint
@@ -386,13 +388,33 @@ def report_queue() -> Any:
 
 
 def _drain(
-    queue: Any, reporter: Reporter, stop: threading.Event, runlog: RunLog | None = None
+    queue: Any,
+    reporter: Reporter,
+    stop: threading.Event,
+    runlog: RunLog | None = None,
+    run: tuple[str, int] = ("", 0),
 ) -> None:
     from ray.util.queue import Empty
 
+    rounds = steptime.StepRounds()
+
     def apply(item: tuple[str, Any, Any]) -> None:
         kind, payload, uri = item
-        if kind == "report":
+        if kind == "steps":
+            done = rounds.add(payload)
+            if done:
+                reporter.on_steps(rounds.status())
+                if runlog is not None:
+                    runlog.steps(done)
+        elif kind == "started":
+            rounds.reset()
+            reporter.on_started()
+        elif kind == "hang":
+            stacks = None
+            if runlog is not None:
+                stacks = runlog.stacks(hangwatch.stacks_text(payload, *run))
+            reporter.on_hang(payload, stacks)
+        elif kind == "report":
             reporter.on_report(payload, uri)
             if runlog is not None:
                 runlog.metric(
@@ -546,9 +568,18 @@ def _run_training(
             log.info("the run starts from %s (spec.resumeFrom)", contract.resume_from)
         train_fn = resume.with_seed(train_fn, contract.resume_from, target)
     train_fn = flushed_before_raising(train_fn)
+    train_fn = hangwatch.with_watched_thread(train_fn)
+    for key, value in hangwatch.nccl_hang_detection(contract).items():
+        # Read by Ray Train in this process when the trainer is built (an explicit setting of
+        # the pod's environment wins).
+        os.environ.setdefault(key, value)
 
     stop = threading.Event()
-    drainer = threading.Thread(target=_drain, args=(queue, reporter, stop, runlog), daemon=True)
+    drainer = threading.Thread(
+        target=_drain,
+        args=(queue, reporter, stop, runlog, (contract.run_name, reporter.state.attempt)),
+        daemon=True,
+    )
     drainer.start()
     watch: tuple[threading.Event, threading.Thread] | None = None
     if contract.datasets:
@@ -557,7 +588,10 @@ def _run_training(
         bridge = _make_bridge(queue, target, contract.attempt)
         error_bridge = _make_error_bridge(queue)
         commit = report_commit_callback()
-        bridges = [c for c in (bridge, error_bridge, commit) if c is not None]
+        hang_watch = hangwatch.make_hang_watch(queue, contract.failure.hang_timeout_seconds)
+        # Step times pair the ranks' reports of one group: a search's trials would mix theirs.
+        steps = steptime.step_time_callback(queue) if contract.tune is None else None
+        bridges = [c for c in (bridge, error_bridge, commit, hang_watch, steps) if c is not None]
         if contract.tune is not None:
             from trainer_runtime.tune import run_tune
 

@@ -93,6 +93,8 @@ CONDITION_TYPES = (
     "Failed",
     "Reconciling",
     "Stalled",
+    "Hung",
+    "Straggling",
 )
 
 #: Per-job gauges: name -> (help, the status value it shows).
@@ -107,7 +109,17 @@ JOB_GAUGES: dict[str, str] = {
     "seconds (status.trainerStatus.lastUpdatedTime).",
     "raytrain_trainjob_last_checkpoint_timestamp_seconds": "When the runtime reported its "
     "latest checkpoint, Unix seconds (status.checkpoint.lastTime); the age is time() minus it.",
+    "raytrain_trainjob_last_progress_timestamp_seconds": "When the latest training report of "
+    "the current attempt came, or its training started, Unix seconds "
+    "(status.trainerStatus.lastProgressTime): the hang watch counts from it.",
+    "raytrain_trainjob_step_skew_percent": "The slowest rank's busy time between two reports "
+    "less the median rank's, in percent of the wall time (status.trainerStatus.stepTime)",
 }
+STRAGGLER = "raytrain_trainjob_straggler"
+#: The label values of a family with more labels than the job's are one `kind`, joined so.
+LABEL_SEP = "\x1f"
+#: The labels of raytrain_trainjob_straggler besides the job's: from stepTime.slowest.
+STRAGGLER_KEYS = ("rank", "pod", "node")
 GOODPUT_SECONDS = "raytrain_trainjob_goodput_seconds"
 GOODPUT_GPU_SECONDS = "raytrain_trainjob_goodput_gpu_seconds"
 #: kind label -> status.goodput field, for seconds and GPU-seconds.
@@ -136,6 +148,10 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def _timestamp(value: Any) -> float | None:
     moment = parse_rfc3339(value)
     return moment.timestamp() if moment is not None else None
@@ -161,7 +177,19 @@ def job_values(status: Mapping[str, Any]) -> tuple[tuple[str, str, float], ...]:
             "",
             _timestamp(checkpoint.get("lastTime")),
         ),
+        (
+            "raytrain_trainjob_last_progress_timestamp_seconds",
+            "",
+            _timestamp(trainer.get("lastProgressTime")),
+        ),
     ]
+    step = _mapping(trainer.get("stepTime"))
+    skew = _number(step.get("skewPercent"))
+    found.append(("raytrain_trainjob_step_skew_percent", "", skew))
+    slowest = _mapping(step.get("slowest"))
+    if step.get("straggler") is True and skew is not None:
+        who = (str(slowest.get(k) if slowest.get(k) is not None else "") for k in STRAGGLER_KEYS)
+        found.append((STRAGGLER, LABEL_SEP.join(who), skew))
     for kind, (seconds, gpu_seconds) in GOODPUT_KINDS.items():
         found.append((GOODPUT_SECONDS, kind, _number(goodput.get(seconds))))
         found.append((GOODPUT_GPU_SECONDS, kind, _number(goodput.get(gpu_seconds))))
@@ -208,9 +236,16 @@ class TrainJobCollector(Collector):
             "raytrain_trainjob_goodput_seconds times the GPUs of the clusters, by kind.",
             labels=[*JOB_LABELS, "kind"],
         )
+        families[STRAGGLER] = GaugeMetricFamily(
+            STRAGGLER,
+            "The rank the runtime names a straggler (the slowest in each of the last 5 reports "
+            "by at least 20 percent of the step), its pod and node; the value is its skew in "
+            "percent (status.trainerStatus.stepTime). No series while there is none.",
+            labels=[*JOB_LABELS, *STRAGGLER_KEYS],
+        )
         for state in sorted(states, key=lambda s: (s.namespace, s.name)):
             for name, kind, value in state.values:
-                labels = [state.namespace, state.name] + ([kind] if kind else [])
+                labels = [state.namespace, state.name] + (kind.split(LABEL_SEP) if kind else [])
                 family = families.get(name)
                 if family is not None:
                     family.add_metric(labels, value)

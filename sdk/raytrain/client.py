@@ -697,6 +697,7 @@ class TrainJobClient:
         attempt: int | None = None,
         worker: int | None = None,
         metrics: bool = False,
+        stacks: bool = False,
     ) -> Iterator[str]:
         """The training driver's output, line by line.
 
@@ -706,7 +707,9 @@ class TrainJobClient:
         driver ends.
 
         An earlier `attempt`, a `worker`'s error (`worker-<rank>.error.txt`), the `metrics`
-        history (`metrics.jsonl`), and the current attempt's driver once its submitter pod is gone
+        history (`metrics.jsonl`), every rank's `stacks` from when the attempt's reports stopped
+        for the hang timeout (`stacks.txt`), and the current attempt's driver once its submitter
+        pod is gone
         (a failed, finished or suspended job) are read from what the runtime stored beside the
         checkpoints, through a short-lived pod in the job's namespace that runs the job's image
         with its storage settings (raytrain/reader.py) and is deleted once read; that needs RBAC
@@ -721,11 +724,12 @@ class TrainJobClient:
             raise LogsUnavailableError(
                 driverlog.attempt_not_started(name, attempt, job.attempt, job.phase)
             )
-        file_name = reader.stored_file_name(worker=worker, metrics=metrics)
+        file_name = reader.stored_file_name(worker=worker, metrics=metrics, stacks=stacks)
         ended = job.phase in driverlog.FINAL_PHASES or job.suspended
         if (
             worker is not None
             or metrics
+            or stacks
             or (attempt is not None and (attempt != job.attempt or ended))
         ):
             return self._stored_log(

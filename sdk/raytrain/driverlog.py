@@ -160,7 +160,9 @@ def not_stored_message(trainjob: str, attempt: int, path: str, detail: str) -> s
     return (
         f"no stored log for attempt {attempt} of TrainJob {trainjob} at {path}: "
         f"{detail or 'no such file'}. A worker's error file exists only for a worker that "
-        f"failed; an attempt whose runtime predates stored logs has none"
+        f"failed, the stacks only for an attempt whose reports stopped for the hang timeout "
+        f"(spec.failure.hangTimeoutSeconds); an attempt whose runtime predates stored logs has "
+        f"none"
     )
 
 

@@ -1,6 +1,7 @@
 """The run log reader: where an attempt's stored log files are, and a pod that prints one.
 
-The runtime keeps each attempt's driver log, metrics and worker errors under
+The runtime keeps each attempt's driver log, metrics, worker errors and (when its reports
+stopped for the hang timeout) every rank's stacks under
 ``<storage>/<run>/attempt-<N>/`` (trainer_runtime/runlog.py; the names below are a copy, the
 operator may not import the runtime). The CLI has no S3 client, so it reads such a file through
 a short-lived pod in the job's namespace: the job's own image, the storage wiring the
@@ -35,6 +36,7 @@ ATTEMPT_DIR = "attempt-{attempt}"
 DRIVER_LOG = "driver.log"
 METRICS = "metrics.jsonl"
 WORKER_ERROR = "worker-{rank}.error.txt"
+STACKS = "stacks.txt"
 #: Exit code of `runlog cat` when the file does not exist (trainer_runtime.runlog.EXIT_MISSING).
 EXIT_MISSING = 3
 
@@ -49,9 +51,13 @@ READER_RESOURCES: dict[str, Any] = {
 }
 
 
-def stored_file_name(*, worker: int | None = None, metrics: bool = False) -> str:
+def stored_file_name(
+    *, worker: int | None = None, metrics: bool = False, stacks: bool = False
+) -> str:
     if worker is not None:
         return WORKER_ERROR.format(rank=worker)
+    if stacks:
+        return STACKS
     return METRICS if metrics else DRIVER_LOG
 
 

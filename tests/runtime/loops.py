@@ -137,3 +137,42 @@ def stalled_peer_loop(config: dict[str, Any]) -> None:
         threading.Event().wait(float(config.get("stall_seconds", 120)))
     tensor = torch.ones(1)
     dist.all_reduce(tensor)
+
+
+def hang_loop(config: dict[str, Any]) -> None:
+    """Report every step; at step ``hang_at`` rank ``hang_rank`` sleeps ``hang_seconds`` before
+    the all_reduce its peers have entered (the fault: they wait there), then every rank goes
+    on to ``steps``."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    rank = ray.train.get_context().get_world_rank()
+    for step in range(int(config.get("steps", 6))):
+        if rank == int(config.get("hang_rank", 1)) and step == int(config.get("hang_at", 3)):
+            time.sleep(float(config.get("hang_seconds", 30)))
+        tensor = torch.ones(1)
+        dist.all_reduce(tensor)
+        ray.train.report({"epoch": 0, "step": step, "sum": float(tensor.item())})
+
+
+def steps_loop(config: dict[str, Any]) -> None:
+    """``steps`` steps of work and an all_reduce each, reported every step; rank
+    ``slow_rank`` (none unless given) sleeps ``slow_seconds`` more per step before its
+    all_reduce, as a rank on a throttled node computes longer."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    rank = ray.train.get_context().get_world_rank()
+    slow = config.get("slow_rank")
+    for step in range(int(config.get("steps", 20))):
+        tensor = torch.randn(64, 64)
+        for _ in range(int(config.get("work", 20))):
+            tensor = torch.tanh(tensor @ tensor.T / 64)
+        if slow is not None and rank == int(slow):
+            time.sleep(float(config.get("slow_seconds", 0.3)))
+        dist.all_reduce(tensor)
+        ray.train.report({"epoch": 0, "step": step})

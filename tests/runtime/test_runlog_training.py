@@ -31,7 +31,11 @@ def test_a_finished_run_leaves_driver_log_and_metrics_beside_its_checkpoints(
 
     run_dir = store / doc["runName"]
     attempt = run_dir / "attempt-0"
-    assert sorted(p.name for p in attempt.iterdir()) == ["driver.log", "metrics.jsonl"]
+    names = sorted(p.name for p in attempt.iterdir())
+    assert names == ["driver.log", "metrics.jsonl", "steps.jsonl"], names
+    # The two ranks' busy seconds of the second report (the first has no step before it).
+    (steps,) = [json.loads(line) for line in (attempt / "steps.jsonl").read_text().splitlines()]
+    assert steps["round"] == 2 and set(steps["busy"]) == {"0", "1"}, steps
     driver = (attempt / "driver.log").read_text()
     assert f"run {doc['runName']}, attempt 0: 2 workers" in driver
     assert f"run {doc['runName']} finished" in driver
@@ -44,7 +48,7 @@ def test_a_finished_run_leaves_driver_log_and_metrics_beside_its_checkpoints(
     # Nothing of the run log is inside a checkpoint directory.
     for ckpt in run_dir.glob("checkpoint_*"):
         names = {p.name for p in ckpt.rglob("*")}
-        assert not names & {"driver.log", "metrics.jsonl"}, names
+        assert not names & {"driver.log", "metrics.jsonl", "steps.jsonl"}, names
 
 
 def test_a_raising_loop_leaves_each_workers_error_on_s3(s3_env: Any, make_doc: Any) -> None:

@@ -88,6 +88,12 @@ FULL_STATUS: dict[str, Any] = {
         "progressPercentage": 40,
         "epoch": 2,
         "lastUpdatedTime": "2026-11-23T10:00:00Z",
+        "lastProgressTime": "2026-11-23T10:00:00Z",
+        "stepTime": {
+            "skewPercent": 66.7,
+            "straggler": True,
+            "slowest": {"rank": 1, "pod": "digits-0-worker-b", "node": "node-b"},
+        },
     },
     "checkpoint": {"count": 3, "lastTime": "2026-11-23T09:59:00Z"},
     "goodput": {

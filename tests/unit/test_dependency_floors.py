@@ -120,3 +120,29 @@ def test_ray_has_the_report_queue_a_failing_rank_waits_on() -> None:
     poll_source = inspect.getsource(worker_module.RayTrainWorker.poll_status)
     assert "result_queue.get_nowait()" in poll_source and "task_done()" in poll_source
     assert hasattr(queue_module.Queue(), "unfinished_tasks")
+
+
+@pytest.mark.runtime
+def test_ray_has_what_the_hang_watch_and_the_step_times_use() -> None:
+    """trainer_runtime/hangwatch.py and steptime.py use Ray Train's internal callbacks (as its
+    own NCCL hang detector does), a worker's `execute_async` and the name of its training
+    thread, and turn on that detector by its variables: where any is gone, the watch quietly
+    does nothing, so a Ray upgrade must be seen here."""
+    pytest.importorskip("ray", reason="Ray comes with the runtime extra: make install")
+    from ray.train.v2._internal import constants
+    from ray.train.v2._internal.execution import callback
+    from ray.train.v2._internal.execution.worker_group import thread_runner
+    from ray.train.v2._internal.execution.worker_group.worker import Worker
+
+    from trainer_runtime import hangwatch
+
+    after_report = inspect.signature(callback.ReportCallback.after_report).parameters
+    assert list(after_report)[1:] == ["training_report", "metrics"]
+    for hook in ("after_worker_group_start", "after_worker_group_poll_status"):
+        assert callable(getattr(callback.WorkerGroupCallback, hook))
+    assert callable(callback.TrainContextCallback.on_report)
+    assert callable(Worker.execute_async)
+    assert f'name=f"{hangwatch.RAY_TRAINING_THREAD}(' in inspect.getsource(thread_runner)
+    assert constants.ENABLE_NCCL_HANG_DETECTOR_ENV_VAR == hangwatch.NCCL_HANG_DETECTOR_ENV
+    assert constants.NCCL_RAS_ACTION_ENV_VAR == hangwatch.NCCL_RAS_ACTION_ENV
+    assert constants.NCCL_RAS_CONFIRM_DURATION_S_ENV_VAR == hangwatch.NCCL_RAS_CONFIRM_ENV

@@ -66,6 +66,8 @@ def test_collect_counts_a_known_set_of_jobs() -> None:
         "Failed": 0,
         "Reconciling": 1,
         "Stalled": 1,
+        "Hung": 0,
+        "Straggling": 0,
     }
     text = generate_latest(registry).decode()
     assert 'raytrain_trainjobs{phase="Running"} 2.0' in text

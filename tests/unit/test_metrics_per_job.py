@@ -18,6 +18,8 @@ FULL: dict[str, Any] = {
         "progressPercentage": 40,
         "epoch": 2,
         "lastUpdatedTime": "2026-11-23T10:00:00Z",
+        "lastProgressTime": "2026-11-23T09:59:30Z",
+        "stepTime": {"skewPercent": 3.5, "straggler": False, "slowest": {"rank": 0}},
     },
     "checkpoint": {"count": 3, "lastTime": "2026-11-23T09:59:00Z"},
     "goodput": {
@@ -31,7 +33,12 @@ FULL: dict[str, Any] = {
 }
 #: What a job has before its runtime reported: a restart count and nothing else.
 NEW: dict[str, Any] = {"phase": "Pending", "restarts": 0}
-PER_JOB = [*metrics.JOB_GAUGES, metrics.GOODPUT_SECONDS, metrics.GOODPUT_GPU_SECONDS]
+PER_JOB = [
+    *metrics.JOB_GAUGES,
+    metrics.GOODPUT_SECONDS,
+    metrics.GOODPUT_GPU_SECONDS,
+    metrics.STRAGGLER,
+]
 
 
 def index(jobs: dict[tuple[str, str], dict[str, Any]]) -> dict[Any, list[metrics.TrainJobState]]:
@@ -69,6 +76,9 @@ def test_every_gauge_of_a_reporting_job() -> None:
     assert got[("raytrain_trainjob_checkpoints", job)] == 3
     assert got[("raytrain_trainjob_last_report_timestamp_seconds", job)] == 1795428000.0
     assert got[("raytrain_trainjob_last_checkpoint_timestamp_seconds", job)] == 1795427940.0
+    assert got[("raytrain_trainjob_last_progress_timestamp_seconds", job)] == 1795427970.0
+    assert got[("raytrain_trainjob_step_skew_percent", job)] == 3.5
+    assert not [k for k in got if k[0] == metrics.STRAGGLER]  # none named: no series
     for kind, seconds, gpu in (("allocated", 100, 200), ("productive", 60, 120), ("lost", 20, 40)):
         labelled = (("kind", kind), *job)
         assert got[("raytrain_trainjob_goodput_seconds", labelled)] == seconds
@@ -96,6 +106,21 @@ def test_one_series_per_job_and_gauge_and_none_for_what_is_not_known() -> None:
     got = series(watched(index({("team-a", "old-runtime"): unknown})))
     kinds = {dict(labels)["kind"] for name, labels in got if name == metrics.GOODPUT_SECONDS}
     assert kinds == {"allocated"}  # productive and lost are not known: no series, not 0
+
+
+def test_a_straggler_is_a_series_with_its_rank_pod_and_node() -> None:
+    slow = {"skewPercent": 66.7, "straggler": True,
+            "slowest": {"rank": 1, "pod": "digits-0-worker-b", "node": "node-b"}}  # fmt: skip
+    status = dict(FULL, trainerStatus={**FULL["trainerStatus"], "stepTime": slow})
+    got = series(watched(index({("team-a", "digits"): status})))
+    labels = (
+        ("node", "node-b"),
+        ("pod", "digits-0-worker-b"),
+        ("rank", "1"),
+        ("trainjob", "digits"),
+        ("trainjob_namespace", "team-a"),
+    )
+    assert got[(metrics.STRAGGLER, labels)] == 66.7
 
 
 def test_a_deleted_job_leaves_no_series() -> None:

@@ -134,6 +134,16 @@ def test_the_file_names() -> None:
     assert reader.stored_file_name() == "driver.log"
     assert reader.stored_file_name(metrics=True) == "metrics.jsonl"
     assert reader.stored_file_name(worker=3) == "worker-3.error.txt"
+    assert reader.stored_file_name(stacks=True) == "stacks.txt"
+    # The runtime writes the names the reader reads (the SDK keeps a copy of them).
+    from trainer_runtime import runlog
+
+    assert (reader.STACKS, reader.METRICS, reader.DRIVER_LOG, reader.WORKER_ERROR) == (
+        runlog.STACKS,
+        runlog.METRICS,
+        runlog.DRIVER_LOG,
+        runlog.WORKER_ERROR,
+    )
 
 
 def test_the_parser_takes_attempt_worker_and_metrics() -> None:
@@ -143,6 +153,10 @@ def test_the_parser_takes_attempt_worker_and_metrics() -> None:
     assert (args.attempt, args.worker, args.metrics) == (None, None, True)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["logs", "digits", "--worker", "1", "--metrics"])
+    args = build_parser().parse_args(["logs", "digits", "--attempt", "2", "--stacks"])
+    assert (args.attempt, args.stacks) == (2, True)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["logs", "digits", "--stacks", "--metrics"])
     with pytest.raises(SystemExit):
         build_parser().parse_args(["logs", "digits", "--attempt", "-1"])
 
@@ -316,9 +330,14 @@ def test_a_workers_error_and_the_metrics_are_stored_files(
 ) -> None:
     assert _logs("--worker", "1") == 0
     assert _logs("--attempt", "1", "--metrics") == 0
+    assert _logs("--attempt", "1", "--stacks") == 0
     paths = [p["spec"]["containers"][0]["command"][4] for p in _created(api)]
-    assert paths == [f"{S3_DIR}/attempt-1/worker-1.error.txt", f"{S3_DIR}/attempt-1/metrics.jsonl"]
-    assert _deleted(api) == [READER, READER]
+    assert paths == [
+        f"{S3_DIR}/attempt-1/worker-1.error.txt",
+        f"{S3_DIR}/attempt-1/metrics.jsonl",
+        f"{S3_DIR}/attempt-1/stacks.txt",
+    ]
+    assert _deleted(api) == [READER, READER, READER]
 
 
 def test_a_missing_file_names_the_attempt_the_path_and_why(

@@ -114,3 +114,11 @@ def test_a_cleared_problem_is_announced_and_a_new_reason_of_a_true_condition_too
     assert announced(transitions) == [("Stalled", "True")]
     _, transitions = c.merge(other, {c.CREATED: Desired(True, "RayJobCreated")}, 1, T1)
     assert set(announced(transitions)) == {("Stalled", "False"), ("Created", "True")}
+
+
+def test_training_that_progresses_again_is_announced() -> None:
+    hung = {c.HUNG: Desired(True, "NoProgress", "no report for 900 s")}
+    first, transitions = c.merge(None, hung, 1, T0)
+    assert announced(transitions) == [("Hung", "True")]
+    _, transitions = c.merge(first, {}, 1, T1)
+    assert announced(transitions) == [("Hung", "False")]

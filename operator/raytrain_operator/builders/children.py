@@ -48,6 +48,8 @@ class ChildContext:
     attempt: int
     resume_from: str | None = None
     suspend: bool = False
+    #: Nodes the workers keep off when another can take them (status.hangs).
+    avoid_nodes: Sequence[str] = ()
     #: Whether the job gets its NetworkPolicy, and the peers it admits (the operator's settings).
     network_policy: bool = True
     network_ingress: Sequence[Mapping[str, Any]] = ()
@@ -121,7 +123,9 @@ def _policy(ctx: ChildContext) -> dict[str, Any] | None:
 
 
 def _rayjob(ctx: ChildContext) -> dict[str, Any]:
-    return build_rayjob(ctx.trainjob, ctx.meta, ctx.attempt, suspend=ctx.suspend)
+    return build_rayjob(
+        ctx.trainjob, ctx.meta, ctx.attempt, suspend=ctx.suspend, avoid_nodes=ctx.avoid_nodes
+    )
 
 
 RBAC = "rbac.authorization.k8s.io"

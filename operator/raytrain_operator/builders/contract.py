@@ -39,6 +39,7 @@ from raytrain_contract.api.v1alpha1 import (
     NVIDIA_GPU,
     RAY_ACCELERATOR_RESOURCES,
     CheckpointVerify,
+    FailureSpec,
     TrainJob,
     TrainJobSpec,
 )
@@ -152,6 +153,19 @@ def storage_of(spec: TrainJobSpec) -> Storage:
     raise SpecError("spec.storage: set exactly one of storage.pvc or storage.s3")
 
 
+def failure_settings(failure: FailureSpec | None) -> FailureSettings:
+    """spec.failure as the runtime reads it: Ray Train's maxFailures, and the hang watch's
+    timeout and onHang (the runtime dumps the ranks' stacks at that timeout)."""
+    if failure is None:
+        return FailureSettings()
+    timeout = failure.hang_timeout_seconds
+    return FailureSettings(
+        max_failures=failure.max_failures,
+        hang_timeout_seconds=float(timeout) if timeout is not None else None,
+        on_hang=failure.on_hang.value if failure.on_hang is not None else "Restart",
+    )
+
+
 def _tune(spec: TrainJobSpec) -> TuneSettings | None:
     if spec.tune is None:
         return None
@@ -213,7 +227,7 @@ def build_contract(
             score_order=checkpoint.score_order.value if checkpoint.score_order else None,
             verify="sizes" if checkpoint.verify == CheckpointVerify.SIZES else "checksums",
         ),
-        failure=FailureSettings(max_failures=spec.failure.max_failures if spec.failure else 0),
+        failure=failure_settings(spec.failure),
         datasets={
             name: Dataset(uri=ds.uri, format=ds.format.value, split=ds.split)
             for name, ds in (spec.datasets or {}).items()

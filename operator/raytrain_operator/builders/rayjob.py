@@ -16,9 +16,10 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from raytrain_contract.api.v1alpha1 import PodOverrides, TrainJob
+from raytrain_contract.api.v1alpha1 import FailureSpec, PodOverrides, TrainJob
 from raytrain_contract.meta import (
     ANNOTATION_GENERATION,
     ANNOTATION_SPEC_HASH,
@@ -36,7 +37,11 @@ from raytrain_operator.builders.pods import (
     build_pod_template,
     build_submitter_template,
 )
-from raytrain_operator.builders.scaling import custom_group_resources, worker_resources
+from raytrain_operator.builders.scaling import (
+    custom_group_resources,
+    merge_affinity,
+    worker_resources,
+)
 
 RAYJOB_API_VERSION = "ray.io/v1"
 ENTRYPOINT = "python -m trainer_runtime"
@@ -63,6 +68,8 @@ ANNOTATION_FIELD_HASHES = "raytrain.dev/spec-field-hashes"
 ENV_ATTEMPT = "RAYTRAIN_ATTEMPT"
 ENV_RAYJOB = "RAYTRAIN_RAYJOB"
 ENV_RAYCLUSTER = "RAYTRAIN_RAYCLUSTER"
+#: The pod's node (the downward API): a hung or straggling rank is named with it.
+ENV_NODE_NAME = "RAYTRAIN_NODE_NAME"
 #: KubeRay's label on every pod of a RayCluster: the cluster's name.
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 
@@ -84,9 +91,23 @@ def _digest(value: Any, size: int) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:size]
 
 
+#: Keys of a spec field that the operator applies at once too: the hang watch's timeout and
+#: what a hang gets are the operator's decisions. The runtime takes the timeout from the
+#: contract for when it dumps the ranks' stacks, so there it changes with the next attempt.
+IMMEDIATE_KEYS = {"failure": frozenset({"hangTimeoutSeconds", "onHang"})}
+_DEFAULT_SECTIONS = {"failure": FailureSpec().model_dump(mode="json", by_alias=True)}
+
+
 def _built_fields(trainjob: TrainJob) -> dict[str, Any]:
     spec = trainjob.spec.model_dump(mode="json", by_alias=True)
-    return {k: v for k, v in spec.items() if k not in IMMEDIATE_FIELDS}
+    built = {k: v for k, v in spec.items() if k not in IMMEDIATE_FIELDS}
+    for field, keys in IMMEDIATE_KEYS.items():
+        value = built.get(field)
+        if isinstance(value, dict) and keys & set(value):
+            rest = {k: v for k, v in value.items() if k not in keys}
+            # A section written only for these keys hashes as the section left out.
+            built[field] = None if rest == _DEFAULT_SECTIONS.get(field) else rest
+    return built
 
 
 def spec_hash(trainjob: TrainJob) -> str:
@@ -112,7 +133,8 @@ def changed_fields(trainjob: TrainJob, built: str | None) -> list[str] | None:
 
 
 def identity_env(name: str, attempt: int) -> list[dict[str, Any]]:
-    """Which attempt and cluster a pod belongs to (the cluster's name from KubeRay's label)."""
+    """Which attempt and cluster a pod belongs to (the cluster's name from KubeRay's label),
+    and the node it runs on."""
     return [
         {"name": ENV_ATTEMPT, "value": str(attempt)},
         {"name": ENV_RAYJOB, "value": name},
@@ -120,7 +142,21 @@ def identity_env(name: str, attempt: int) -> list[dict[str, Any]]:
             "name": ENV_RAYCLUSTER,
             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{RAY_CLUSTER_LABEL}']"}},
         },
+        {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
     ]
+
+
+def avoid_nodes_affinity(nodes: Sequence[str]) -> dict[str, Any]:
+    """A preference (not a requirement) to keep off `nodes`: each held up the ranks in two
+    hangs (status.hangs). Preferred, so a job whose pods fit only there still starts."""
+    if not nodes:
+        return {}
+    term = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": list(nodes)}]}
+    return {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]
+        }
+    }
 
 
 def _with_identity(template: dict[str, Any], name: str, attempt: int) -> dict[str, Any]:
@@ -192,8 +228,16 @@ def autoscaling_enabled(trainjob: TrainJob) -> bool:
     return trainjob.spec.scaling.num_workers is None and not _fixed_by_kueue(trainjob)
 
 
-def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool) -> dict[str, Any]:
-    """The RayJob manifest. `suspend` is decided by the caller (user suspend, Kueue)."""
+def build_rayjob(
+    trainjob: TrainJob,
+    meta: Meta,
+    attempt: int,
+    *,
+    suspend: bool,
+    avoid_nodes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The RayJob manifest. `suspend` is decided by the caller (user suspend, Kueue); the
+    workers prefer nodes other than `avoid_nodes` (`avoid_nodes_affinity`)."""
     spec = trainjob.spec
     replicas, min_replicas, max_replicas = worker_replicas(trainjob)
     metadata = child_metadata(meta, rayjob_name(meta.name, attempt), attempt, scheduling=True)
@@ -225,6 +269,10 @@ def build_rayjob(trainjob: TrainJob, meta: Meta, attempt: int, *, suspend: bool)
             attempt,
         ),
     }
+    avoided = avoid_nodes_affinity(avoid_nodes)
+    if avoided:
+        pod = worker_group["template"]["spec"]
+        pod["affinity"] = merge_affinity(avoided, pod.get("affinity"))
     custom = custom_group_resources(spec)
     if custom:
         worker_group["resources"] = custom

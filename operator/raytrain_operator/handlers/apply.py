@@ -258,6 +258,7 @@ def ensure_children(
         action.attempt,
         resume_from=action.resume_from,
         suspend=action.suspend,
+        avoid_nodes=action.avoid_nodes,
         network_policy=config.network_policy,
         network_ingress=config.network_policy_ingress,
     )

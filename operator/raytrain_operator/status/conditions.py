@@ -1,7 +1,9 @@
 """metav1.Condition bookkeeping: which conditions exist, when they transitioned, what changed.
 
 `Created`, `Running`, `Suspended`, `Succeeded` and `Failed` are always present (True or False).
-`Reconciling` and `Stalled` follow kstatus' abnormal-true convention: present only while true.
+`Reconciling` and `Stalled` follow kstatus' abnormal-true convention: present only while true, and
+so do `Hung` (no training report for the hang timeout) and `Straggling` (a rank the others wait
+for).
 Every condition carries the generation it was computed from, refreshed on every pass, because
 `kubectl wait` ignores a condition whose observedGeneration is older than the object's.
 """
@@ -19,9 +21,11 @@ SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
+HUNG = "Hung"
+STRAGGLING = "Straggling"
 
 ALWAYS_PRESENT = (CREATED, RUNNING, SUSPENDED, SUCCEEDED, FAILED)
-ONLY_WHILE_TRUE = (RECONCILING, STALLED)
+ONLY_WHILE_TRUE = (RECONCILING, STALLED, HUNG, STRAGGLING)
 ORDER = ALWAYS_PRESENT + ONLY_WHILE_TRUE
 #: Messages quote Ray and the runtime (a traceback can be long); keep objects and Events small.
 MAX_MESSAGE = 4096
@@ -39,10 +43,11 @@ class Desired:
             object.__setattr__(self, "message", cut)
 
 
-#: Conditions whose end is news of its own: a job resumed, a problem resolved. Any other
-#: condition that turns False does so because another one turned True (Running ends with
-#: Succeeded, Failed or Suspended), and that one's Event says why.
-ANNOUNCED_WHEN_CLEARED = (SUSPENDED, STALLED)
+#: Conditions whose end is news of its own: a job resumed, a problem resolved, training that
+#: makes progress again, a straggler caught up. Any other condition that turns False does so
+#: because another one turned True (Running ends with Succeeded, Failed or Suspended), and that
+#: one's Event says why.
+ANNOUNCED_WHEN_CLEARED = (SUSPENDED, STALLED, HUNG, STRAGGLING)
 
 
 @dataclass(frozen=True)
@@ -58,15 +63,15 @@ class Transition:
 
     @property
     def is_warning(self) -> bool:
-        return self.status == "True" and self.type in (FAILED, STALLED)
+        return self.status == "True" and self.type in (FAILED, STALLED, HUNG, STRAGGLING)
 
     @property
     def announced(self) -> bool:
         """Whether it becomes a Kubernetes Event: a condition that is True (new, or with a new
-        reason), and Suspended or Stalled once cleared. A False condition whose reason changes
-        (Failed is False because the training succeeded) and a condition cleared because
-        another turned True are in the status only: an Event each would be a write per
-        condition per transition, and noise in `kubectl describe`."""
+        reason), and one of ANNOUNCED_WHEN_CLEARED once cleared. A False condition whose
+        reason changes (Failed is False because the training succeeded) and a condition
+        cleared because another turned True are in the status only: an Event each would be a
+        write per condition per transition, and noise in `kubectl describe`."""
         if self.status == "True":
             return True
         return self.type in ANNOUNCED_WHEN_CLEARED and self.previous == "True"

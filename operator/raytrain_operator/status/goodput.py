@@ -1,5 +1,5 @@
 """Goodput: of the time a job held a Ray cluster, how much produced training that was kept, and
-how much was lost to restarts and to recomputing work after the last checkpoint.
+how much was lost to restarts, to hangs and to recomputing work after the last checkpoint.
 
 Pure, like the machine that calls it once a pass. The operator keeps a ledger in
 `status.goodput.clusters`: one entry per Ray cluster a RayJob started (a new attempt, or a
@@ -105,11 +105,13 @@ def update_ledger(
     seen: Seen | None,
     outcome: str | None,
     now: datetime,
+    hung_since: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """The ledger after this pass: the current cluster's entry added or brought up to date.
 
     `outcome` is what this pass decided for the cluster (Succeeded, Retried, Failed, Suspended),
-    or None while it runs on. A closed entry's end never moves again.
+    or None while it runs on; `hung_since`, the last progress of a cluster this pass ends as
+    hung. A closed entry's end never moves again.
     """
     ledger = [dict(e) for e in entries]
     if seen is None:
@@ -134,6 +136,8 @@ def update_ledger(
         # up (it went away somewhere after; no more is claimed)
         if outcome is not None:
             entry["outcome"] = outcome
+            if hung_since is not None:
+                entry["hungSince"] = rfc3339(hung_since)
     written = _t(seen.report.get("lastUpdatedTime"))
     if written is not None:
         first, last = _t(entry.get("firstReport")), _t(entry.get("lastReport"))
@@ -160,6 +164,7 @@ class Totals:
     productive: float | None = 0.0
     lost_restart: float = 0.0
     lost_recompute: float | None = 0.0
+    lost_hang: float = 0.0
     allocated_gpu: float = 0.0
     productive_gpu: float | None = 0.0
     lost_gpu: float | None = 0.0
@@ -168,17 +173,26 @@ class Totals:
     def lost(self) -> float | None:
         if self.lost_recompute is None:
             return None
-        return self.lost_restart + self.lost_recompute
+        return self.lost_restart + self.lost_recompute + self.lost_hang
 
 
 def _add(total: float | None, value: float | None) -> float | None:
     return None if total is None or value is None else total + value
 
 
+def _last_report(entry: Mapping[str, Any]) -> datetime | None:
+    """The cluster's last seen report; for one ended as hung, no later than its last progress
+    (the runtime's report of the hang itself is no training)."""
+    last, hung = _t(entry.get("lastReport")), _t(entry.get("hungSince"))
+    if last is not None and hung is not None:
+        return min(last, hung)
+    return last
+
+
 def _kept_until(entry: Mapping[str, Any]) -> tuple[datetime | None, bool]:
     """Until when an interrupted cluster's work was kept (its last checkpoint, if it made one),
     and whether that is known."""
-    first, last = _t(entry.get("firstReport")), _t(entry.get("lastReport"))
+    first, last = _t(entry.get("firstReport")), _last_report(entry)
     ckpt = _t(entry.get("lastCheckpoint"))
     if entry.get("checkpointTimeUnknown") and ckpt is None:
         return None, False
@@ -197,6 +211,7 @@ def totals(
         productive=earlier.get("productiveSeconds", 0.0),
         lost_restart=float(earlier.get("lostToRestartSeconds") or 0.0),
         lost_recompute=earlier.get("lostToRecomputeSeconds", 0.0),
+        lost_hang=float(earlier.get("lostToHangSeconds") or 0.0),
         allocated_gpu=float(earlier.get("allocatedGPUSeconds") or 0.0),
         productive_gpu=earlier.get("productiveGPUSeconds", 0.0),
         lost_gpu=earlier.get("lostGPUSeconds", 0.0),
@@ -204,7 +219,7 @@ def totals(
     for i, entry in enumerate(ledger):
         gpus = float(entry.get("gpus") or 0.0)
         start, end = _t(entry.get("start")), _t(entry.get("end"))
-        first, last = _t(entry.get("firstReport")), _t(entry.get("lastReport"))
+        first, last = _t(entry.get("firstReport")), _last_report(entry)
         held = _seconds(end, start)
         out.allocated += held
         out.allocated_gpu += held * gpus
@@ -216,6 +231,12 @@ def totals(
             kept = _seconds(until, first) if known else None
         out.productive = _add(out.productive, kept)
         out.productive_gpu = _add(out.productive_gpu, None if kept is None else kept * gpus)
+        hung = _t(entry.get("hungSince"))
+        if hung is not None and outcome in (RETRIED, FAILED):
+            # hung: from its last progress to its end the cluster held its pods for nothing
+            stuck = _seconds(end, hung)
+            out.lost_hang += stuck
+            out.lost_gpu = _add(out.lost_gpu, stuck * gpus)
         if outcome != RETRIED:
             continue
         # recompute: the training after this cluster's last checkpoint, done again by the next
@@ -261,6 +282,7 @@ def _fold(
             ("productiveSeconds", part.productive, second.productive),
             ("lostToRestartSeconds", part.lost_restart, second.lost_restart),
             ("lostToRecomputeSeconds", part.lost_recompute, second.lost_recompute),
+            ("lostToHangSeconds", part.lost_hang, second.lost_hang),
             ("allocatedGPUSeconds", part.allocated_gpu, second.allocated_gpu),
             ("productiveGPUSeconds", part.productive_gpu, second.productive_gpu),
             ("lostGPUSeconds", part.lost_gpu, second.lost_gpu),
@@ -277,12 +299,18 @@ def _round(value: float | None) -> float | None:
 
 
 def account(
-    status: Mapping[str, Any], seen: Seen | None, outcome: str | None, now: datetime, active: bool
+    status: Mapping[str, Any],
+    seen: Seen | None,
+    outcome: str | None,
+    now: datetime,
+    active: bool,
+    *,
+    hung_since: datetime | None = None,
 ) -> dict[str, Any]:
     """status.goodput after this pass (None for a number that is not known: the merge patch
-    removes it)."""
+    removes it); `hung_since` as update_ledger's."""
     before = status.get("goodput") or {}
-    ledger = update_ledger(before.get("clusters") or [], seen, outcome, now)
+    ledger = update_ledger(before.get("clusters") or [], seen, outcome, now, hung_since)
     ledger, earlier = _fold(ledger, before.get("earlier") or {}, now)
     if not ledger and not earlier:
         return {}
@@ -293,6 +321,8 @@ def account(
         "lostSeconds": _round(t.lost),
         "lostToRestartSeconds": _round(t.lost_restart),
         "lostToRecomputeSeconds": _round(t.lost_recompute),
+        # Absent while no attempt hung: most jobs never do, and their status stays as it was.
+        "lostToHangSeconds": _round(t.lost_hang) if t.lost_hang else None,
         "allocatedGPUSeconds": _round(t.allocated_gpu),
         "productiveGPUSeconds": _round(t.productive_gpu),
         "lostGPUSeconds": _round(t.lost_gpu),

@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 from pydantic import Field, model_validator
 
-from raytrain_contract.api.v1alpha1.common import Model, rule
+from raytrain_contract.api.v1alpha1.common import Model, new_field, rule
+from raytrain_contract.hang import ON_HANG_FAIL, ON_HANG_REPORT, ON_HANG_RESTART
+
+#: The longest hang timeout: a week without a report is not training.
+MAX_HANG_TIMEOUT_SECONDS = 7 * 24 * 3600
+
+
+class OnHang(str, Enum):
+    RESTART = ON_HANG_RESTART
+    FAIL = ON_HANG_FAIL
+    REPORT = ON_HANG_REPORT
 
 
 class FailureSpec(Model):
-    """Worker-group restarts inside one Ray cluster (Ray Train's FailureConfig)."""
+    """Worker-group restarts inside one Ray cluster (Ray Train's FailureConfig), and what a job
+    that stops making progress gets."""
 
     max_failures: int = Field(default=0, ge=-1, le=10000)
     """Worker-group failures tolerated before the attempt fails; -1 retries forever."""
+    hang_timeout_seconds: int | None = new_field(ge=0, le=MAX_HANG_TIMEOUT_SECONDS)
+    """Seconds without a training report (ray.train.report) after which the attempt counts as
+    hung: the stacks of every training process are stored beside the attempt's logs (raytrain
+    logs NAME --attempt N --stacks), the Hung condition says where each rank was, and
+    spec.failure.onHang decides what follows. Counted from the latest report, or before the
+    first one from the start of the worker group. 0 turns the watch off. Unset: 10 times the
+    median interval of the attempt's latest reports, at least 600 s, and 1800 s before its
+    second report. Set it above the longest pause the loop makes between two reports on
+    purpose (an evaluation, a checkpoint of its own, a data reload)."""
+    on_hang: OnHang | None = new_field()
+    """What a hung attempt gets: Restart (the default) ends it and retries from the latest
+    checkpoint as a failure of class Hung (spending spec.backoffLimit, as any retry); Fail fails
+    the job; Report only sets the Hung condition and lets the attempt run on (the condition goes
+    once reports come again)."""
 
 
 #: The classes a failed attempt is sorted into (raytrain_operator.status.triage.FailureClass),
@@ -24,6 +51,7 @@ FAILURE_CLASSES = (
     "UserException",
     "CollectiveTimeout",
     "CheckpointUnusable",
+    "Hung",
     "Unknown",
 )
 _CLASS_LIST = ", ".join(FAILURE_CLASSES)
@@ -59,10 +87,11 @@ class RetryPolicySpec(Model):
         },
     )
     """Failure class -> retry. Keys: OOMKilled, ImagePullFailed, Unschedulable, NodeLost,
-    UserException, CollectiveTimeout, CheckpointUnusable, Unknown. A class left out keeps its
-    default: OOMKilled, UserException and CheckpointUnusable are not retried, every other class
-    is. CheckpointUnusable is never retried, even when set to true here: every attempt meets the
-    same checkpoints."""
+    UserException, CollectiveTimeout, CheckpointUnusable, Hung, Unknown. A class left out keeps
+    its default: OOMKilled, UserException and CheckpointUnusable are not retried, every other
+    class is. CheckpointUnusable is never retried, even when set to true here: every attempt
+    meets the same checkpoints. Hung: false fails a hung attempt as spec.failure.onHang: Fail
+    does."""
     exit_codes: list[ExitCodeRetry] | None = Field(
         default=None,
         max_length=256,

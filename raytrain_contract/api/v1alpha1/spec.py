@@ -250,7 +250,8 @@ class TrainJobSpec(Model):
     checkpoint: CheckpointSpec | None = None
     """Checkpoint retention (CheckpointConfig)."""
     failure: FailureSpec | None = None
-    """Worker-group restarts inside one cluster (FailureConfig)."""
+    """Worker-group restarts inside one cluster (FailureConfig), and the hang watch
+    (hangTimeoutSeconds, onHang)."""
     disruption: DisruptionSpec | None = new_field()
     """Drains, evictions and preemptions: a PodDisruptionBudget, the pods' grace period and a
     retry budget of their own (see its fields)."""

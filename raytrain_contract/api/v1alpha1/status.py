@@ -13,7 +13,8 @@ class Condition(Model):
     """A metav1.Condition."""
 
     type: str = Field(max_length=316)
-    """Condition type: Created, Running, Suspended, Succeeded, Failed, Reconciling, Stalled."""
+    """Condition type: Created, Running, Suspended, Succeeded, Failed, Reconciling, Stalled,
+    Hung, Straggling."""
     status: str = Field(pattern="^(True|False|Unknown)$")
     """True, False or Unknown."""
     observed_generation: int | None = Field(default=None, ge=0)
@@ -33,6 +34,86 @@ class Metric(Model):
     """Metric name."""
     value: str
     """Metric value."""
+
+
+class HangGroup(Model):
+    """Ranks whose training threads were found in the same place."""
+
+    where: str = Field(max_length=1024)
+    """The place, in words: the call into a library and the loop's line that made it, or the
+    loop's own line and its source."""
+    waiting: bool | None = None
+    """true: the place waits on the other ranks (a collective, ray.train.report)."""
+    ranks: list[int] = Field(max_length=4096)
+    """The ranks found there."""
+
+
+class HangRank(Model):
+    """A rank, its pod and its node."""
+
+    rank: int
+    """World rank."""
+    pod: str | None = None
+    """Pod the rank's process ran in."""
+    node: str | None = None
+    """Node of that pod."""
+
+
+class HangReport(Model):
+    """What the runtime found when the attempt's reports stopped for the hang timeout: where
+    every rank's training thread was, grouped, and where their stacks are stored."""
+
+    since: str = Field(json_schema_extra={"format": "date-time"})
+    """trainerStatus.lastProgressTime when the stacks were taken: the stall they belong to."""
+    time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """When the stacks were taken."""
+    timeout_seconds: float | None = None
+    """The hang timeout the runtime applied."""
+    workers: int | None = None
+    """Training processes asked for their stacks."""
+    groups: list[HangGroup] | None = Field(default=None, max_length=64)
+    """The ranks grouped by where they were, the smallest group first."""
+    suspects: list[HangRank] | None = Field(default=None, max_length=64)
+    """The ranks not waiting on their peers while others waited for them (the likely cause),
+    with their pods and nodes."""
+    unanswered: list[int] | None = Field(default=None, max_length=4096)
+    """Ranks whose stacks did not come back in time (a process gone, or one whose interpreter
+    native code holds)."""
+    stacks: str | None = None
+    """The stored stack dump of every rank (stacks.txt beside the attempt's driver.log)."""
+
+
+class StepRank(Model):
+    """The slowest rank of the latest report, its pod, node and busy seconds."""
+
+    rank: int
+    """World rank."""
+    pod: str | None = None
+    """Pod of the rank's process."""
+    node: str | None = None
+    """Node of that pod."""
+    busy_seconds: float | None = None
+    """Seconds the rank spent between its last two reports not waiting on its peers."""
+
+
+class StepTimeStatus(Model):
+    """How long the ranks take per report, from each rank's own measure: the busy time between
+    two reports (the wall time less the waits on its peers: collectives, backward(),
+    ray.train.report)."""
+
+    reports: int | None = None
+    """Report rounds the numbers are over (the latest; at most 5)."""
+    wall_seconds: float | None = None
+    """Wall seconds between two reports (the median rank, the latest round)."""
+    median_busy_seconds: float | None = None
+    """The median rank's busy seconds (the latest round)."""
+    slowest: StepRank | None = None
+    """The rank the others waited for in the latest round."""
+    skew_percent: float | None = None
+    """The slowest rank's busy time less the median's, in percent of the wall time."""
+    straggler: bool | None = None
+    """true: the same rank was the slowest in each of the last 5 rounds, every time at least
+    20 percent of the wall time above the median: it is named a straggler."""
 
 
 class TrainerStatus(Model):
@@ -58,6 +139,19 @@ class TrainerStatus(Model):
     """Attempt (RayJob) the report came from."""
     checkpointing: bool | None = None
     """True while the runtime saves a checkpoint before a suspend."""
+    last_progress_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """When the latest training report of this attempt reached the driver (or, before the
+    first, when its training started): the hang watch counts from here. The driver pod's
+    clock."""
+    attempt_reports: int | None = None
+    """Reports this attempt made (step counts the run's, earlier attempts' included)."""
+    report_interval_seconds: float | None = None
+    """Median seconds between this attempt's latest reports (at most 20); absent before two."""
+    hang: HangReport | None = None
+    """Where every rank was when the reports stopped for the hang timeout; removed by the next
+    report."""
+    step_time: StepTimeStatus | None = None
+    """The ranks' step times and the slowest rank (stragglers)."""
 
 
 class RejectedCheckpoint(Model):
@@ -109,6 +203,8 @@ class GoodputTotals(Model):
     """Seconds lost to restarts after the folded clusters."""
     lost_to_recompute_seconds: float | None = None
     """Seconds of recomputed training of the folded clusters (absent if unknown)."""
+    lost_to_hang_seconds: float | None = None
+    """Seconds the folded clusters spent hung before they were ended."""
     allocated_gpu_seconds: float | None = Field(default=None, alias="allocatedGPUSeconds")
     """allocatedSeconds times each cluster's GPUs."""
     productive_gpu_seconds: float | None = Field(default=None, alias="productiveGPUSeconds")
@@ -144,6 +240,9 @@ class GoodputCluster(Model):
     checkpoint_time_unknown: bool | None = None
     """true: the runtime reported checkpoints without their time (an older runtime), so what
     this cluster kept is not known."""
+    hung_since: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """The cluster's attempt was ended as hung: its last progress (the runtime's
+    lastProgressTime), from which on its time was lost to the hang."""
 
 
 class GoodputStatus(Model):
@@ -167,7 +266,8 @@ class GoodputStatus(Model):
     first report (its first epoch or step). Absent when the runtime did not write
     checkpoint.lastTime for a cluster that ended early."""
     lost_seconds: float | None = None
-    """lostToRestartSeconds + lostToRecomputeSeconds (absent when the latter is)."""
+    """lostToRestartSeconds + lostToRecomputeSeconds + lostToHangSeconds (absent when the
+    recompute is)."""
     lost_to_restart_seconds: float | None = None
     """For each retried attempt, the seconds from its cluster's end (the failure) to the
     first report of the next attempt, or to the latest pass while none came: deleting the old
@@ -177,14 +277,18 @@ class GoodputStatus(Model):
     """For each retried attempt, the training after its latest checkpoint (to its last seen
     report), which the next attempt did again; all of its training when it made no
     checkpoint. Absent when the checkpoint time is unknown."""
+    lost_to_hang_seconds: float | None = None
+    """For each attempt ended as hung (spec.failure.onHang Restart or Fail), the seconds from
+    its last progress to its cluster's end: the time its pods held on without training."""
     allocated_gpu_seconds: float | None = Field(default=None, alias="allocatedGPUSeconds")
     """Each cluster's allocated seconds times its GPUs (see clusters[].gpus); 0 for a job
     without GPUs."""
     productive_gpu_seconds: float | None = Field(default=None, alias="productiveGPUSeconds")
     """Each cluster's productive seconds times its GPUs."""
     lost_gpu_seconds: float | None = Field(default=None, alias="lostGPUSeconds")
-    """Recomputed seconds times the failed cluster's GPUs, plus the part of each restart gap
-    after the next cluster started times its GPUs (between the two clusters no GPU is held)."""
+    """Recomputed and hung seconds times the failed cluster's GPUs, plus the part of each
+    restart gap after the next cluster started times its GPUs (between the two clusters no GPU
+    is held)."""
     as_of: str | None = new_field(json_schema_extra={"format": "date-time"})
     """When the operator computed these numbers. While a cluster runs and nothing else changes,
     they grow with the clock alone and are rewritten at most every 5 minutes, so a running job's
@@ -235,6 +339,19 @@ class OutOfMemoryStatus(Model):
     """When the watcher saw the count grow."""
 
 
+class HangRecord(Model):
+    """An attempt the operator ended as hung (onHang Restart or Fail), and the nodes of the ranks
+    found holding the others up."""
+
+    attempt: int
+    """The attempt."""
+    time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """When the operator found it hung."""
+    nodes: list[str] | None = Field(default=None, max_length=64)
+    """Nodes of the suspect ranks (trainerStatus.hang.suspects); empty when the stacks named
+    none."""
+
+
 class WorkersStatus(Model):
     """Worker pods."""
 
@@ -270,7 +387,8 @@ class TrainJobStatus(Model):
         default=None,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """Created, Running, Suspended, Succeeded, Failed; Reconciling and Stalled only while true."""
+    """Created, Running, Suspended, Succeeded, Failed; Reconciling, Stalled, Hung and Straggling
+    only while true."""
     phase: str | None = None
     """One-word summary for kubectl get: Pending, Running, Suspended, Succeeded, Failed, Stalled."""
     start_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
@@ -285,6 +403,9 @@ class TrainJobStatus(Model):
     disrupted: DisruptionStatus | None = None
     """The latest Ray head pod taken away by an eviction or a preemption (its preStop hook
     writes it): the attempt's failure then counts as a preemption."""
+    hangs: list[HangRecord] | None = Field(default=None, max_length=10)
+    """The latest hangs (at most 10): a node named in two of them is avoided by the next
+    attempt's pods when another node can take them."""
     out_of_memory: OutOfMemoryStatus | None = None
     """The latest out-of-memory kill inside the Ray head's container (its watcher writes it):
     an attempt that then fails is named a head out of memory."""

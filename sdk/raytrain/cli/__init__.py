@@ -8,6 +8,7 @@
     raytrain wait digits --for Succeeded           # block until done; exit 1 if it failed
     raytrain logs digits -f                        # the training driver's output
     raytrain logs digits --attempt 0 --worker 1    # a failed worker's error, stored
+    raytrain logs digits --attempt 0 --stacks      # every rank's stacks when it hung
     raytrain events digits                         # what happened to it and its pods
     raytrain suspend digits / resume digits        # checkpoint and free the cluster, and back
     raytrain checkpoints digits --verify           # every checkpoint in storage, checksums read
@@ -158,7 +159,8 @@ def build_parser(prog: str = "raytrain") -> argparse.ArgumentParser:
         help="print the training driver's output, an attempt's stored logs, a worker's error",
         description="Print what the training prints. The current attempt is read live from the "
         "pod that KubeRay's submitter Job runs (it follows the Ray job's driver). An earlier "
-        "attempt (--attempt), a worker's error (--worker), the metrics history (--metrics), and "
+        "attempt (--attempt), a worker's error (--worker), the metrics history (--metrics), "
+        "every rank's stacks from when the attempt hung (--stacks), and "
         "the driver of an attempt whose Ray cluster is gone are read from what the runtime "
         "stored beside the checkpoints (<storage>/<run>/attempt-N/), through a short-lived pod "
         "in the job's namespace: that needs RBAC there on pods (create, get, watch, delete) and "
@@ -187,6 +189,12 @@ def build_parser(prog: str = "raytrain") -> argparse.ArgumentParser:
         action="store_true",
         help="the metrics history: one JSON line per report (time, epoch, step, metrics, "
         "checkpoint)",
+    )
+    which.add_argument(
+        "--stacks",
+        action="store_true",
+        help="every training process's stacks, taken when the attempt's reports stopped for "
+        "the hang timeout (spec.failure.hangTimeoutSeconds), with where each rank was, grouped",
     )
     _add_namespace(logs)
 

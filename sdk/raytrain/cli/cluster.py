@@ -210,6 +210,7 @@ def logs(args: argparse.Namespace) -> int:
         attempt=getattr(args, "attempt", None),
         worker=getattr(args, "worker", None),
         metrics=bool(getattr(args, "metrics", False)),
+        stacks=bool(getattr(args, "stacks", False)),
     )
     try:
         for line in lines:

@@ -18,6 +18,8 @@ The modules, in the order a pass uses them:
 - `stages`: `plan`, the ordered stages of a pass; the first that decides wins.
 - `failures`: a failed attempt's classification (status/triage/), retries and preemptions.
 - `suspension`: suspend with a checkpoint, Kueue's admission, resume, an earlier attempt's drain.
+- `hangs`: a running attempt whose reports stopped (a due time, then spec.failure.onHang), and
+  the Straggling condition.
 - `spec_changes`: spec fields the running attempt does not carry.
 - `rejections`: the checkpoints a resume passed over, each announced once.
 

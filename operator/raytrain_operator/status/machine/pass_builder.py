@@ -4,7 +4,7 @@ finished job, a failure, a success, or the move to a next attempt."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -46,6 +46,9 @@ class _Builder:
         self.accounted_attempt: int | None = None
         #: Event messages of the checkpoints a resume passed over, new since the last pass.
         self.rejections: list[str] = []
+        #: The last progress of an attempt this pass ended as hung (status.goodput counts its
+        #: time from then on as lost to the hang), else None.
+        self.hung_since: datetime | None = None
 
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.conds[type_] = Desired(status, reason, message)
@@ -106,7 +109,9 @@ class _Builder:
         elif self.status.get("attempt") != self.accounted_attempt:
             outcome = goodput.SUSPENDED  # a spec change while suspended moved to a new attempt
         active = phase not in (SUCCEEDED, FAILED)
-        accounted = goodput.account(obs.status, seen, outcome, obs.now, active)
+        accounted = goodput.account(
+            obs.status, seen, outcome, obs.now, active, hung_since=self.hung_since
+        )
         if accounted or obs.status.get("goodput"):
             self.status["goodput"] = accounted or None
 

@@ -48,6 +48,9 @@ class EnsureChildren:
     suspend: bool
     #: The checkpoint spec.resumeFrom resolved to (status.resumedFrom), for the contract.
     resume_from: str | None = None
+    #: Nodes the workers avoid when another can take them: each held up the ranks in two
+    #: hangs (status.hangs).
+    avoid_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

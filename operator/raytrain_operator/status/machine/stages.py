@@ -16,7 +16,7 @@ from raytrain_contract.timefmt import parse_rfc3339
 from raytrain_operator.builders.names import rayjob_name
 from raytrain_operator.status import conditions as c
 from raytrain_operator.status import triage
-from raytrain_operator.status.machine import rejections
+from raytrain_operator.status.machine import hangs, rejections
 from raytrain_operator.status.machine.failures import (
     _attempt_failed,
     _deadline_exceeded,
@@ -239,7 +239,9 @@ def _create_rayjob(b: _Builder, p: _Pass) -> Plan | None:
         return None
     spec = p.tj.spec
     suspend = spec.suspend or bool(spec.queue_name)
-    b.actions.append(EnsureChildren(p.attempt, suspend, obs.resume_from))
+    b.actions.append(
+        EnsureChildren(p.attempt, suspend, obs.resume_from, hangs.hang_nodes(obs.status))
+    )
     if obs.resume_from:
         b.status["resumedFrom"] = obs.resume_from
     b.set(c.CREATED, True, "RayJobCreated", f"created RayJob {p.name}")
@@ -486,6 +488,8 @@ STAGES: tuple[Stage, ...] = (
     _suspend_requested,
     _resume_suspended,
     _not_suspended,
+    hangs.stragglers,
+    hangs.hang_watch,
     _running,
     _pre_running_timeout,
     _starting,

@@ -18,6 +18,9 @@ class FailureClass(str, Enum):
     USER_EXCEPTION = "UserException"
     COLLECTIVE_TIMEOUT = "CollectiveTimeout"
     CHECKPOINT_UNUSABLE = "CheckpointUnusable"
+    #: No training report for the hang timeout (status/machine/hangs.py), or Ray Train's NCCL
+    #: hang detector.
+    HUNG = "Hung"
     UNKNOWN = "Unknown"
 
 

@@ -22,7 +22,8 @@ class RetryPolicy(TypedDict):
 #: resumes from a checkpoint only to be killed again). A user exception is a bug in the training
 #: loop and fails fast. A run with no checkpoint that passes its check is not retried either, and
 #: whatever spec.retryPolicy says (its Triage is `permanent`): every attempt meets the same
-#: checkpoints. Unknown keeps the retries every failure had before this classification.
+#: checkpoints. A hang is retried from the latest checkpoint (spec.failure.onHang Restart, its
+#: default). Unknown keeps the retries every failure had before this classification.
 DEFAULT_POLICY: RetryPolicy = {
     "classes": {
         FailureClass.OOM_KILLED.value: False,
@@ -32,6 +33,7 @@ DEFAULT_POLICY: RetryPolicy = {
         FailureClass.USER_EXCEPTION.value: False,
         FailureClass.COLLECTIVE_TIMEOUT.value: True,
         FailureClass.CHECKPOINT_UNUSABLE.value: False,
+        FailureClass.HUNG.value: True,
         FailureClass.UNKNOWN.value: True,
     },
     "exitCodes": {},

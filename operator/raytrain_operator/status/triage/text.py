@@ -1,5 +1,6 @@
 """What a failure's text shows (the runtime's report or the RayJob's status): a run with no
-checkpoint to resume from, Ray's memory monitor, a collective timeout, a Ray node gone, workers
+checkpoint to resume from, Ray's memory monitor, Ray's NCCL hang detector, a collective timeout,
+a Ray node gone, workers
 Ray Train could not place, a preemption, else an exception raised by the user's code
 (`_from_text`).
 """
@@ -23,9 +24,12 @@ _COLLECTIVE = re.compile(
     r"|Timed out waiting \d+ ?ms for (?:recv|send)"
     r"|gloo.*Connection closed by peer"
     r"|DistNetworkError|DistBackendError.*(?:timeout|timed out)"
-    r"|CollectiveTimeoutError|NCCLHangError",
+    r"|CollectiveTimeoutError",
     re.IGNORECASE,
 )
+#: Ray Train's NCCL hang detector (on where spec.scaling.useGpu: trainer_runtime.trainer): a
+#: communicator whose ranks stalled, the same fault the operator's hang watch finds.
+_NCCL_HANG = re.compile(r"NCCLHangError")
 #: Ray's own errors (a dead actor, a node gone, Ray's memory monitor), never the user's code.
 _RAY_NODE = re.compile(r"NodeDiedError|node (?:\S+ )?(?:died|was terminated|is dead)", re.I)
 
@@ -123,6 +127,14 @@ def _from_text(
     if _RAY_MEMORY.search(text):
         return _ray_memory(text, source, evidence or Evidence(rayjob_status={}))
     exc = exception_type(text)
+    if _NCCL_HANG.search(text):
+        return Triage(
+            FailureClass.HUNG,
+            f"Ray Train's NCCL hang detector found a communicator whose ranks made no progress "
+            f"({source}: {last_traceback_lines(text, 6)}). Its per-rank stack traces are in the "
+            "run's hang_detector/stack_traces/ directory beside the checkpoints",
+            exception=exc,
+        )
     if _COLLECTIVE.search(text):
         return Triage(
             FailureClass.COLLECTIVE_TIMEOUT,
