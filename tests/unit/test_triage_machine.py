@@ -296,3 +296,16 @@ def test_one_pass_at_the_deadline_reads_the_pods(monkeypatch: pytest.MonkeyPatch
     p = passed(kopf.Patch(), "resync", kopf.Body(body), logging.getLogger("t"), index)
     assert selectors == ["raytrain.dev/trainjob=digits,raytrain.dev/attempt=0"]
     assert "While it ran, ImagePullFailed" in cond(p, "Failed")["message"]
+
+
+def test_the_failure_event_says_whose_fault_or_that_it_is_not_known() -> None:
+    from raytrain_operator.handlers.reconcile import announce_failure
+    from raytrain_operator.status.triage import FailureClass, Triage
+
+    def said(cls: FailureClass) -> str:
+        return announce_failure(meta(), 0, Triage(cls, "m")).message
+
+    assert said(FailureClass.NODE_LOST) == "attempt 0 failed (infrastructure): m"
+    assert said(FailureClass.USER_EXCEPTION) == "attempt 0 failed (workload): m"
+    assert said(FailureClass.HUNG) == "attempt 0 failed (cause not known): m"
+    assert said(FailureClass.UNKNOWN) == "attempt 0 failed (cause not known): m"

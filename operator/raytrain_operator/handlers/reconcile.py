@@ -192,8 +192,7 @@ def parse(
 
 def announce_failure(meta: Meta, attempt: int, found: triage.Triage) -> Event:
     """One Event (reason: the class) and one count per failed attempt."""
-    kind = "infrastructure" if found.infrastructure else "workload"
-    message = f"attempt {attempt} failed ({kind}): {found.message}"
+    message = f"attempt {attempt} failed ({found.kind}): {found.message}"
     metrics.ATTEMPT_FAILURES.labels(
         namespace=meta.namespace, trainjob=meta.name, reason=found.reason
     ).inc()

@@ -35,6 +35,11 @@ INFRASTRUCTURE = frozenset(
 )
 
 
+#: The classes that say what happened but not whose fault it was: a hang is a dead peer or a
+#: deadlock in the loop alike.
+UNDECIDED = frozenset({FailureClass.HUNG, FailureClass.UNKNOWN})
+
+
 UNKNOWN_HINT = (
     "the operator could not tell why (no OOMKilled, image, scheduling or node problem on the "
     "attempt's pods, no exception named); the driver's log says more: kubectl raytrain logs"
@@ -61,6 +66,13 @@ class Triage:
     @property
     def infrastructure(self) -> bool:
         return self.failure_class in INFRASTRUCTURE
+
+    @property
+    def kind(self) -> str:
+        """Whose fault, in a word: infrastructure, workload, or cause not known."""
+        if self.infrastructure:
+            return "infrastructure"
+        return "cause not known" if self.failure_class in UNDECIDED else "workload"
 
 
 @dataclass(frozen=True)
