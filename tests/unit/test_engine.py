@@ -619,6 +619,57 @@ def test_a_live_peer_of_higher_or_equal_priority_pauses_and_a_dead_one_does_not(
     assert blocking_peers(status, "newer", 9, now) == ([], None)
 
 
+def test_an_instance_writes_only_once_settled_in_the_peering_with_no_peer_above_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Paused from the start; resumed once its own heartbeat has been in the peering object
+    for SETTLE_SECONDS with no peer of higher or equal priority; a peer that registers during
+    the settling pauses it for good; no peering object at all pauses nothing."""
+    from raytrain_operator.handlers import peering
+
+    clock = [1000.0]
+    monkeypatch.setattr(peering.time, "monotonic", lambda: clock[0])
+    fresh = datetime.now(timezone.utc).isoformat()
+    changes: list[bool] = []
+    watch = peering.PeeringWatch("p", [], "me", 5, changes.append, settle_seconds=10)
+    assert watch.paused
+    me = {"me": {"priority": 5, "lifetime": 60, "lastseen": fresh}}
+    assert watch._set(None, {}) == 10  # the object, without this instance's heartbeat yet
+    assert watch.paused and changes == []
+    assert watch._set(None, me) == pytest.approx(10)
+    clock[0] += 9.5
+    assert watch._set(None, me) == pytest.approx(0.5) and watch.paused
+    clock[0] += 0.5
+    watch._set(None, me)
+    assert not watch.paused and changes == [False]
+    # A peer that started at about the same time registers, with the higher priority: paused.
+    newer = {**me, "newer": {"priority": 9, "lifetime": 60, "lastseen": fresh}}
+    watch._set(None, newer)
+    assert watch.paused and changes == [False, True]
+
+    other = peering.PeeringWatch("p", [], "me", 5, changes.append, settle_seconds=10)
+    other._set(None, me)
+    watch = other
+    clock[0] += 3
+    watch._set(None, newer)  # the newer one came while this one settled: it never writes
+    clock[0] += 30
+    watch._set(None, newer)
+    assert watch.paused and changes == [False, True]
+
+    alone = peering.PeeringWatch("p", [], "me", 5, changes.append, settle_seconds=10)
+    alone._set(None, {}, exists=False)
+    assert not alone.paused and changes == [False, True, False]
+
+
+def test_a_creation_while_paused_runs_its_pass_from_a_fresh_read(engine: Engine) -> None:
+    engine.set_paused(True)
+    engine.enqueue(("team-a", "digits"), "create", created=manifest())
+    assert ("team-a", "digits") not in engine._created
+    engine.set_paused(False)
+    engine.enqueue(("team-a", "digits"), "create", created=manifest())
+    assert ("team-a", "digits") in engine._created
+
+
 def test_what_a_pass_wrote_is_a_merge_patch_of_what_it_read() -> None:
     patch = kopf.Patch()
     patch.status["workers"] = {"ready": 2}

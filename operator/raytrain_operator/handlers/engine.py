@@ -17,9 +17,10 @@ the work queue (handlers/queue.py), the memory of what passes read, kopf's index
   object the watch has not shown as it is, or that went without its event, is queued, and its
   pass reads the RayJobs from the API rather than from kopf's indexes (which the same watches
   fill).
-- While another instance holds the peering (handlers/peering.py) the queue starts no pass and
-  this process's client refuses every write, passes already queued included; when the pause
-  ends, a resync catches up. `stop` (kopf's clean-up, before the process ends) closes both for
+- While another instance holds the peering (handlers/peering.py), and from the start until
+  this instance has settled in the peering object, the queue starts no pass and this process's
+  client refuses every write, passes already queued included; when the pause ends, a resync
+  catches up. `stop` (kopf's clean-up, before the process ends) closes both for
   good.
 """
 
@@ -131,6 +132,9 @@ class Engine:
         agent = f"raytrain-operator ({self.identity})" if self.identity else None
         k8s.configure(user_agent=agent, may_write=self.may_write)
         if peering and self.config.peering_mode != "off":
+            # Paused until the peering watch has read the peering object and this instance has
+            # settled in it (handlers/peering.py).
+            self.set_paused(True)
             self.peering = PeeringWatch(
                 self.config.peering_name,
                 list(self.config.namespaces),
@@ -188,10 +192,12 @@ class Engine:
         created: Mapping[str, Any] | None = None,
     ) -> None:
         with self._guard:
-            if created is not None:
+            if created is not None and not self._paused:
                 self._created[key] = dict(created)
             else:
-                # Anything after the creation: the pass reads the TrainJob as it is now.
+                # Anything after the creation, or a creation while paused (the pass runs after
+                # the pause, when another instance may have handled it): the pass reads the
+                # TrainJob as it is then.
                 self._created.pop(key, None)
         self.queue.schedule(key, delay, cause)
 
