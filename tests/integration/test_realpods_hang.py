@@ -147,27 +147,24 @@ def test_a_rank_that_never_reaches_the_all_reduce_is_dumped_named_and_restarted(
     manifest = _manifest(tmp_path / "hung.yaml", name, config, {"hangTimeoutSeconds": HANG_TIMEOUT})
     _submit(real_world, namespace, manifest, _project(tmp_path / "proj"))
 
-    def retried() -> str | None:
+    def retried() -> tuple[str, dict[str, Any]] | None:
         tj = _trainjob(real_world, namespace, name)
         failed = condition(tj, "Failed")
         assert not (failed and failed["status"] == "True"), json.dumps(tj.get("status"), indent=1)
         # Reconciling says Retrying for one pass only (the next says it waits for the hung RayJob
         # and its pods to go), too short for a poll to see: its Event keeps the message.
-        return next(
+        said = next(
             (e["message"] for e in _events(real_world, namespace, name)
              if e["reason"] == "Retrying" and "(Hung:" in e["message"]),
             None,
         )  # fmt: skip
+        return (said, tj) if said and tj.get("status", {}).get("attempt") else None
 
-    said = wait_for(retried, START_TIMEOUT + TRAIN_TIMEOUT, "the hung attempt's retry", interval=2)
+    said, tj = wait_for(
+        retried, START_TIMEOUT + TRAIN_TIMEOUT, "the hung attempt's retry", interval=2
+    )
     assert said.startswith("Reconciling is True: "), said
     message = said.removeprefix("Reconciling is True: ")
-
-    def on_retry() -> dict[str, Any] | None:
-        tj = _trainjob(real_world, namespace, name)
-        return tj if tj.get("status", {}).get("attempt") else None
-
-    tj = wait_for(on_retry, 60, "the retry's attempt in status")
     print(f"\n--- the operator's message (real pods) ---\n{message}")
     assert message.startswith("attempt 0 failed (Hung: no training report for "), message
     quiet = int(re.search(r"no training report for (\d+) s", message)[1])  # type: ignore[index]
