@@ -130,6 +130,24 @@ class OperatorConfig:
     volume_types: frozenset[str] = field(
         default_factory=lambda: _env_names("RAYTRAIN_VOLUME_TYPES")
     )
+    #: Runtime classes a TrainJob may name in spec.head/workerTemplate.runtimeClassName (chart
+    #: value podOverrides.runtimeClasses, RAYTRAIN_RUNTIME_CLASSES comma-separated). None by
+    #: default: a runtime class picks the node's container runtime handler (nvidia's hands the
+    #: pod every GPU of the node past the device plugin), which the restricted Pod Security
+    #: profile leaves to the administrator.
+    runtime_classes: frozenset[str] = field(
+        default_factory=lambda: _env_names("RAYTRAIN_RUNTIME_CLASSES")
+    )
+    #: Schedulers a TrainJob may name in spec.head/workerTemplate.schedulerName besides the
+    #: default one (chart value podOverrides.schedulers, RAYTRAIN_SCHEDULERS comma-separated):
+    #: another scheduler places pods by its own rules, past the quotas and placement the
+    #: cluster's own keeps.
+    schedulers: frozenset[str] = field(default_factory=lambda: _env_names("RAYTRAIN_SCHEDULERS"))
+    #: Whether preflight reads the credentials Secret a job names (its key names only) before
+    #: anything is created. The chart turns it off unless its account may (rbac.readSecrets,
+    #: off by default: no `get secrets`); the pods' own failure then names a missing Secret or
+    #: key (status/triage/pods.py, config_problem). A 403 skips the check either way.
+    read_secrets: bool = field(default_factory=lambda: _env_bool("RAYTRAIN_READ_SECRETS", True))
     #: Whether each TrainJob gets a NetworkPolicy that admits to its pods only its own pods and
     #: the peers below (chart value networkPolicy.enabled; builders/network.py).
     network_policy: bool = field(default_factory=lambda: _env_bool("RAYTRAIN_NETWORK_POLICY", True))

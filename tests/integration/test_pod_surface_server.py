@@ -88,12 +88,15 @@ def granting_operator(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Operator]:
-    """The operator as the chart runs it with podOverrides.allowHostNetwork and
-    allowNetworkProfiles: the job below uses hostNetwork and spec.network, which the defaults
-    refuse (test_override_policy_server.py)."""
+    """The operator as the chart runs it with podOverrides.allowHostNetwork,
+    allowNetworkProfiles, runtimeClasses and schedulers: the job below uses hostNetwork,
+    spec.network, a runtime class and a scheduler, which the defaults refuse
+    (test_override_policy_server.py, tests/unit/test_pod_policy.py)."""
     # KubeCluster.env copies os.environ when the operator starts.
     monkeypatch.setenv("RAYTRAIN_ALLOW_HOST_NETWORK", "true")
     monkeypatch.setenv("RAYTRAIN_ALLOW_NETWORK_PROFILES", "true")
+    monkeypatch.setenv("RAYTRAIN_RUNTIME_CLASSES", str(POD["runtimeClassName"]))
+    monkeypatch.setenv("RAYTRAIN_SCHEDULERS", str(POD["schedulerName"]))
     yield from running_operator(kube_cluster, namespace, tmp_path / "operator.log")
 
 

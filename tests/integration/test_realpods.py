@@ -194,10 +194,12 @@ RUNTIME_CLASS = {
 PULL_SECRET = "registry-login"
 
 
-def _through_a_template(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The example's TrainJob split the way a platform team would: a TrainJobTemplate with the
-    image, loop, storage, placement and a dataset-cache volume on the workers, and a job that
-    sets only its config and its number of workers."""
+def _through_a_template(docs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """The example's TrainJob split the way a platform team would: a ClusterTrainJobTemplate
+    (`name`) with the image, loop, storage, placement, a dataset-cache volume and a runtime
+    class on the workers (the class is a cluster administrator's grant: a namespaced
+    TrainJobTemplate could not give it), and a job that sets only its config and its number of
+    workers."""
     out: list[dict[str, Any]] = []
     for doc in docs:
         if doc.get("kind") != "TrainJob":
@@ -213,12 +215,12 @@ def _through_a_template(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }  # fmt: skip
         out.append({
             "apiVersion": "raytrain.dev/v1alpha1",
-            "kind": "TrainJobTemplate",
-            "metadata": {"name": "digits-defaults"},
+            "kind": "ClusterTrainJobTemplate",
+            "metadata": {"name": name},
             "spec": defaults,
         })  # fmt: skip
         job = {
-            "template": {"kind": "TrainJobTemplate", "name": "digits-defaults"},
+            "template": {"kind": "ClusterTrainJobTemplate", "name": name},
             "config": spec["config"],
             "scaling": {"numWorkers": spec["scaling"]["numWorkers"]},
         }
@@ -226,10 +228,13 @@ def _through_a_template(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespace: str) -> None:
-    """The digits example, its defaults in a TrainJobTemplate (docs/templates.md): the job's
+def test_digits_trains_to_succeeded_on_real_pods(
+    real_world: RealWorld, namespace: str, request: pytest.FixtureRequest
+) -> None:
+    """The digits example, its defaults in a ClusterTrainJobTemplate (docs/templates.md): the job's
     pods run with what the template gives, the pod surface among it (a volume, a RuntimeClass,
-    an image pull Secret). Then what a user does next: reads the finished run's stored metrics
+    an image pull Secret), and its credentials Secret is created only after the job stalled
+    for it. Then what a user does next: reads the finished run's stored metrics
     history and log, and continues it in a new TrainJob (spec.resumeFrom)."""
     cluster = real_world.cluster
     cluster.apply(RUNTIME_CLASS)
@@ -245,8 +250,33 @@ def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespac
         },
         namespace=namespace,
     )
-    for doc in _through_a_template(trainjob_on_real_node(DIGITS, name="digits", epochs=3)):
-        cluster.apply(doc, namespace=namespace)
+    defaults = f"{namespace}-digits-defaults"
+    request.addfinalizer(
+        lambda: cluster.kubectl(
+            "delete", "clustertrainjobtemplate", defaults, "--ignore-not-found", check=False
+        )
+    )
+    split = _through_a_template(trainjob_on_real_node(DIGITS, name="digits", epochs=3), defaults)
+    (credentials,) = [d for d in split if d["kind"] == "Secret"]
+    for doc in split:
+        if doc["kind"] == "ClusterTrainJobTemplate":
+            cluster.apply(doc)
+        elif doc is not credentials:
+            cluster.apply(doc, namespace=namespace)
+
+    # The credentials Secret comes last (a GitOps sync out of order, a Secret another tool
+    # makes). The operator reads no Secret (the chart's default): the kubelet finds it
+    # missing, and the job says which field names it. Nothing is deleted meanwhile, and the
+    # attempt goes on once the Secret exists, with no retry spent.
+    stalled = condition(
+        wait_condition(cluster, namespace, "digits", "Stalled", START_TIMEOUT), "Stalled"
+    )
+    assert stalled is not None and stalled["reason"] == "CredentialsNotFound", stalled
+    assert stalled["message"].startswith(
+        "spec.storage.s3.credentialsSecret.name: Secret 'digits-s3' does not exist in namespace"
+    ), stalled
+    assert "CreateContainerConfigError" in stalled["message"], stalled
+    cluster.apply(credentials, namespace=namespace)
 
     running = wait_for(
         lambda: _running_ray_pods(real_world, namespace, "digits"),
@@ -267,7 +297,7 @@ def test_digits_trains_to_succeeded_on_real_pods(real_world: RealWorld, namespac
         assert pod["spec"].get("runtimeClassName") == RUNTIME_CLASS["metadata"]["name"]
         assert {"name": PULL_SECRET} in pod["spec"].get("imagePullSecrets", [])
     kept = _trainjob(real_world, namespace, "digits")["status"]["template"]
-    assert (kept["kind"], kept["name"]) == ("TrainJobTemplate", "digits-defaults")
+    assert (kept["kind"], kept["name"]) == ("ClusterTrainJobTemplate", defaults)
 
     # What a user types to wait for the end.
     waited = cluster.kubectl(

@@ -233,6 +233,26 @@ def test_cluster_role_is_the_documented_table(default: list[dict[str, Any]]) -> 
     ]
 
 
+def test_the_operator_reads_no_secret_by_default(
+    helm: str, default: list[dict[str, Any]], full: list[dict[str, Any]]
+) -> None:
+    """No `get secrets` for the operator's account unless an administrator grants it
+    (rbac.readSecrets), in the watched namespaces or cluster-wide; without it the operator
+    is told not to try (RAYTRAIN_READ_SECRETS=false) and the pods' own failure names a missing
+    Secret (status/triage/pods.py, config_problem)."""
+    operator = [d for d in default + full if not is_hook(d)]
+    for role in (d for d in operator if d["kind"] in ("ClusterRole", "Role")):
+        assert ("", "secrets") not in rules_table(role["rules"]), role["metadata"]
+    assert operator_env(default)["RAYTRAIN_READ_SECRETS"] == "false"
+    granted = render(helm, "--set", "rbac.readSecrets=true")
+    assert rules_table(one(granted, "ClusterRole")["rules"])[("", "secrets")] == {"get"}
+    assert "RAYTRAIN_READ_SECRETS" not in operator_env(granted)
+    namespaced = render(helm, "-f", str(FULL_VALUES), "--set", "rbac.readSecrets=true")
+    for role in (d for d in namespaced if d["kind"] == "Role" and not is_hook(d)):
+        assert rules_table(role["rules"])[("", "secrets")] == {"get"}
+    assert ("", "secrets") not in rules_table(one(namespaced, "ClusterRole")["rules"])
+
+
 def test_metrics_service_selects_the_operator_pod(default: list[dict[str, Any]]) -> None:
     svc = one(default, "Service")
     labels = one(default, "Deployment")["spec"]["template"]["metadata"]["labels"]
@@ -690,30 +710,39 @@ def test_multi_tenant_profile_forbids_both_overrides(
 def test_the_pod_policy_grants_reach_the_operator(
     helm: str, default: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """podOverrides.allowHostNetwork and podOverrides.volumeTypes: unset by default (the
-    operator then grants neither), passed on when an administrator sets them."""
+    """podOverrides.allowHostNetwork, allowNetworkProfiles, volumeTypes, runtimeClasses and
+    schedulers: unset by default (the operator then grants none), passed on when an
+    administrator sets them."""
     from raytrain_operator.settings import OperatorConfig
 
     env = operator_env(default)
     assert not {"RAYTRAIN_ALLOW_HOST_NETWORK", "RAYTRAIN_ALLOW_NETWORK_PROFILES"} & set(env)
-    assert "RAYTRAIN_VOLUME_TYPES" not in env
+    assert not {"RAYTRAIN_VOLUME_TYPES", "RAYTRAIN_RUNTIME_CLASSES", "RAYTRAIN_SCHEDULERS"} & set(
+        env
+    )
     docs = render(
         helm,
         "--set", "podOverrides.allowHostNetwork=true",
         "--set", "podOverrides.allowNetworkProfiles=true",
         "--set", "podOverrides.volumeTypes={nfs,hostPath}",
+        "--set", "podOverrides.runtimeClasses={nvidia}",
+        "--set", "podOverrides.schedulers={volcano,kai-scheduler}",
     )  # fmt: skip
     env = operator_env(docs)
     names = (
         "RAYTRAIN_ALLOW_HOST_NETWORK",
         "RAYTRAIN_ALLOW_NETWORK_PROFILES",
         "RAYTRAIN_VOLUME_TYPES",
+        "RAYTRAIN_RUNTIME_CLASSES",
+        "RAYTRAIN_SCHEDULERS",
     )
     for name in names:
         monkeypatch.setenv(name, env[name])
     config = OperatorConfig()
     assert config.allow_host_network and config.allow_network_profiles
     assert config.volume_types == {"nfs", "hostPath"}
+    assert config.runtime_classes == {"nvidia"}
+    assert config.schedulers == {"volcano", "kai-scheduler"}
 
 
 def test_the_operator_scope_policy_matches_the_operators_account_only(

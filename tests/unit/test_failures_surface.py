@@ -305,6 +305,38 @@ def test_unschedulable_pods_reach_reconciling_with_the_schedulers_message(
     assert len(selectors) == 1
 
 
+def test_a_pod_the_kubelet_cannot_start_for_a_missing_secret_stalls_the_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator reads no Secret by default: the kubelet's CreateContainerConfigError is
+    where a missing credentials Secret shows. The job is Stalled with the field to fix, its
+    RayJob kept (nothing deleted), and the condition goes once the pods start."""
+    words = 'secret "digits-s3" not found'
+    waiting = {"reason": "CreateContainerConfigError", "message": words}
+    pods = [
+        {
+            "metadata": {"name": "digits-0-abc-head-x"},
+            "status": {"containerStatuses": [{"name": "ray-head", "state": {"waiting": waiting}}]},
+        }
+    ]
+    monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: pods)
+    rj = rayjob(jobDeploymentStatus="Initializing", startTime=rfc3339(NOW - timedelta(seconds=30)))
+    problem = reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW, trainjob=trainjob())
+    assert problem is not None and problem[0] == "CredentialsNotFound", problem
+    p = plan(rj, cluster_problem=problem)
+    assert p.phase == "Stalled"
+    stalled = cond(p, "Stalled")
+    assert stalled["reason"] == "CredentialsNotFound"
+    assert stalled["message"].startswith("spec.storage.s3.credentialsSecret.name: Secret "), stalled
+    assert not any(isinstance(a, m.DeleteRayJob) for a in p.actions), p.actions
+    # The Secret created, the kubelet starts the containers: the next pass finds nothing.
+    pods[0]["status"] = {"containerStatuses": [{"name": "ray-head", "state": {"running": {}}}]}
+    problem = reconcile.cluster_problem(PassState(), rj, {}, meta(), 0, NOW, trainjob=trainjob())
+    assert problem is None
+    after = plan(rj, status=p.status)
+    assert after.phase != "Stalled" and find(after.status["conditions"], "Stalled") is None
+
+
 def test_without_permission_to_list_pods_nothing_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
 

@@ -123,3 +123,45 @@ def test_a_network_profile_needs_a_grant(monkeypatch: pytest.MonkeyPatch) -> Non
     assert pod_policy_problem(merged(own, template), DEFAULTS, own, template) is None
     own = own_spec(template={"kind": "TrainJobTemplate", "name": "rdma"})
     assert pod_policy_problem(merged(own, template), DEFAULTS, own, template) is not None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "setting", "env"),
+    [
+        ("runtimeClassName", "nvidia", "podOverrides.runtimeClasses", "RAYTRAIN_RUNTIME_CLASSES"),
+        ("schedulerName", "volcano", "podOverrides.schedulers", "RAYTRAIN_SCHEDULERS"),
+    ],
+)
+def test_a_runtime_class_or_scheduler_needs_a_grant(
+    monkeypatch: pytest.MonkeyPatch, field: str, value: str, setting: str, env: str
+) -> None:
+    """A runtime class picks the node's container runtime handler (nvidia's hands the pod every
+    GPU of the node, past the device plugin); a scheduler picks who places the pod (past quotas
+    and taints the default scheduler keeps). Neither is the job's to choose unless granted."""
+    spec = own_spec(workerTemplate={field: value})
+    problem = pod_policy_problem(merged(spec), DEFAULTS, spec, {})
+    assert problem is not None
+    reason, message = problem
+    assert reason == "OverrideForbidden"
+    assert message.startswith(f"spec.workerTemplate.{field}: {value!r} is not allowed here")
+    assert setting in message and "ClusterTrainJobTemplate" in message
+    monkeypatch.setenv(env, f"other, {value}")
+    assert pod_policy_problem(merged(spec), OperatorConfig(), spec, {}) is None
+    monkeypatch.setenv(env, "other")
+    assert pod_policy_problem(merged(spec), OperatorConfig(), spec, {}) is not None
+    # From a ClusterTrainJobTemplate: granted to the jobs that name it; a namespaced one: not.
+    template = {"head": {field: value}}
+    own = own_spec(template={"name": "gpu-nodes"})
+    assert pod_policy_problem(merged(own, template), DEFAULTS, own, template) is None
+    own = own_spec(template={"kind": "TrainJobTemplate", "name": "gpu-nodes"})
+    problem = pod_policy_problem(merged(own, template), DEFAULTS, own, template)
+    assert problem is not None and problem[1].startswith(f"spec.head.{field}")
+    # A job that names the cluster template cannot pick another value itself.
+    own = own_spec(template={"name": "gpu-nodes"}, head={field: "elsewhere"})
+    problem = pod_policy_problem(merged(own, template), DEFAULTS, own, template)
+    assert problem is not None and "'elsewhere'" in problem[1]
+
+
+def test_the_default_scheduler_needs_no_grant() -> None:
+    spec = own_spec(head={"schedulerName": "default-scheduler"})
+    assert pod_policy_problem(merged(spec), DEFAULTS, spec, {}) is None

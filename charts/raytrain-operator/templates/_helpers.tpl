@@ -92,9 +92,11 @@ must hold those verbs itself (Kubernetes refuses to let a subject grant what it 
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get"]
+{{- if .Values.rbac.readSecrets }}
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
+{{- end }}
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceclaimtemplates", "resourceclaims"]
   verbs: ["get"]

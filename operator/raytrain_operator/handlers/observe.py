@@ -72,7 +72,8 @@ def cluster_problem(
     trainjob: TrainJob,
 ) -> tuple[str, str] | None:
     """Why the cluster of a starting RayJob lacks pods: KubeRay's ReplicaFailure (a quota, an
-    admission webhook) or a pod the scheduler cannot place, with their own messages. `trainjob`
+    admission webhook), a pod the scheduler cannot place, or a container the kubelet cannot
+    start for a missing Secret, ConfigMap or key, with their own messages. `trainjob`
     gives the memory settings that an OOMKilled message names as they are now."""
     status = rayjob.get("status") or {}
     if status.get("jobDeploymentStatus") not in ("Initializing", "", None):
@@ -106,6 +107,13 @@ def cluster_problem(
                 "Unschedulable",
                 f"pod {name} cannot be scheduled: {message}" + (f"; {advice}" if advice else ""),
             )
+    # A Secret, ConfigMap or key the containers need and the kubelet cannot find.
+    s3 = trainjob.spec.storage.s3
+    missing = triage.config_problem(
+        pods, meta.namespace, s3.credentials_secret if s3 is not None else None
+    )
+    if missing is not None:
+        return missing
     # An image that cannot be pulled, a container killed for memory, a node gone.
     found = triage.classify_pods(
         pods,

@@ -9,7 +9,10 @@ allow_env_from, chart values podOverrides.*): a TrainJob that uses one stalls be
 is created, since either lets whoever may create TrainJobs borrow rights they may not hold
 (run pods as any ServiceAccount, read any Secret of the namespace).
 
-Secrets: the API has no way to list a Secret's key names without sending its values too, so the
+Secrets: read only where the operator's account may (chart value rbac.readSecrets, off by
+default, sets OperatorConfig.read_secrets; a 403 skips the check). Without it a missing Secret
+or key is named from the pods' own failure (status/triage/pods.py, config_problem), once they
+exist. The API has no way to list a Secret's key names without sending its values too, so the
 Secret is read as raw bytes (`_preload_content=False`: the Kubernetes client then never passes
 the body to its debug logger, which logs every other response body at DEBUG), parsed here, and
 only the names of its `data` keys are kept. A Stalled message names the one key that is missing,
@@ -31,6 +34,7 @@ from raytrain_operator.builders.contract import CONTRACT_KEY, build_contract_con
 from raytrain_operator.builders.errors import SpecError
 from raytrain_operator.handlers import faults
 from raytrain_operator.settings import OperatorConfig
+from raytrain_operator.status import triage
 
 #: Kubernetes' limit of a ConfigMap's data (keys and values together).
 CONFIGMAP_LIMIT = 1024 * 1024
@@ -166,6 +170,15 @@ RESTRICTED_VOLUME_TYPES = frozenset(
     }
 )
 CLUSTER_TEMPLATE = "ClusterTrainJobTemplate"
+#: The scheduler a pod gets when it names none: no grant needed to name it.
+DEFAULT_SCHEDULER = "default-scheduler"
+#: What naming each of these chooses for the pods, for the refusal.
+_CHOOSES = {
+    "runtimeClassName": "a runtime class picks the container runtime handler the node runs "
+    "the pods with (nvidia's hands them every GPU of the node, past the device plugin)",
+    "schedulerName": "a scheduler other than the cluster's places the pods by its own rules, "
+    "past the quotas and placement the default scheduler keeps",
+}
 _RAW_OVERRIDES = (("head", "spec.head"), ("workerTemplate", "spec.workerTemplate"))
 
 
@@ -188,15 +201,15 @@ def pod_policy_problem(
     template: Mapping[str, Any] | None = None,
 ) -> Problem | None:
     """A volume type, hostNetwork or spec.network (IPC_LOCK) past the restricted Pod Security
-    profile that nobody with the right to grant it granted.
+    profile, or a runtime class or scheduler, that nobody with the right to grant it granted.
 
     Who may grant it: the cluster administrator, for every job (chart values
-    podOverrides.volumeTypes, allowHostNetwork and allowNetworkProfiles), or for the jobs that
-    name a ClusterTrainJobTemplate, by setting it in that template (only a cluster
-    administrator can write one). A namespaced TrainJobTemplate grants nothing: whoever may
-    create TrainJobs in a namespace may usually write its templates too. ``own`` and
-    ``template`` are the job's own spec and its template's (raw), to tell where a value came
-    from.
+    podOverrides.volumeTypes, allowHostNetwork, allowNetworkProfiles, runtimeClasses and
+    schedulers), or for the jobs that name a ClusterTrainJobTemplate, by setting it in that
+    template (only a cluster administrator can write one). A namespaced TrainJobTemplate grants
+    nothing: whoever may create TrainJobs in a namespace may usually write its templates too.
+    ``own`` and ``template`` are the job's own spec and its template's (raw), to tell where a
+    value came from.
     """
     spec = trainjob.spec
     own = own or {}
@@ -242,6 +255,32 @@ def pod_policy_problem(
                 "some jobs with a ClusterTrainJobTemplate that sets this volume and that they "
                 "name in spec.template",
             )
+        for name, value, allowed, setting in (
+            (
+                "runtimeClassName",
+                overrides.runtime_class_name,
+                config.runtime_classes,
+                "podOverrides.runtimeClasses",
+            ),
+            (
+                "schedulerName",
+                overrides.scheduler_name,
+                config.schedulers | {DEFAULT_SCHEDULER},
+                "podOverrides.schedulers",
+            ),
+        ):
+            if value is None or value in allowed:
+                continue
+            if name not in mine and theirs.get(name) == value:
+                continue
+            return (
+                "OverrideForbidden",
+                f"{path}.{name}: {value!r} is not allowed here: {_CHOOSES[name]}, which is a "
+                f"cluster administrator's choice. Remove {path}.{name}, or ask a cluster "
+                f"administrator to grant {value!r}: for every job with the chart value "
+                f"{setting}, or for some jobs with a ClusterTrainJobTemplate that sets it and "
+                "that they name in spec.template",
+            )
         if overrides.host_network and not config.allow_host_network:
             if "hostNetwork" not in mine and theirs.get("hostNetwork") is True:
                 continue
@@ -266,9 +305,9 @@ def _kind(own: Mapping[str, Any]) -> str:
     return ref[0] if ref else ""
 
 
-def secret_key_names(namespace: str, name: str) -> set[str] | None:
-    """Names of a Secret's keys, or None when it does not exist; its values are never kept or
-    logged (k8s.secret_keys)."""
+def secret_key_names(namespace: str, name: str) -> frozenset[str] | None:
+    """Names of a Secret's keys, None when it does not exist, k8s.UNREADABLE when the operator
+    may not read it; its values are never kept or logged (k8s.secret_keys)."""
     return k8s.secret_keys(namespace, name)
 
 
@@ -334,30 +373,14 @@ def check(
                 "ReadWriteMany: create a ReadWriteMany claim (NFS, CephFS, EFS...) and set "
                 "claimName to it",
             )
-    if storage.s3 is not None and storage.s3.credentials_secret is not None:
-        ref = storage.s3.credentials_secret
-        keys = secret_key_names(ns, ref.name)
+    ref = storage.s3.credentials_secret if storage.s3 is not None else None
+    keys = secret_key_names(ns, ref.name) if ref is not None and config.read_secrets else None
+    if ref is not None and config.read_secrets and keys is not k8s.UNREADABLE:
         if keys is None:
-            return (
-                "CredentialsNotFound",
-                f"spec.storage.s3.credentialsSecret.name: Secret {ref.name!r} does not exist in "
-                f"namespace {ns!r}; create it with the keys {ref.access_key_id_key} and "
-                f"{ref.secret_access_key_key}",
-            )
-        wanted = [
-            ("accessKeyIdKey", ref.access_key_id_key),
-            ("secretAccessKeyKey", ref.secret_access_key_key),
-        ]
-        if ref.session_token_key:
-            wanted.append(("sessionTokenKey", ref.session_token_key))
-        for field, key in wanted:
-            if key not in keys:
-                return (
-                    "CredentialsIncomplete",
-                    f"spec.storage.s3.credentialsSecret.{field}: Secret {ref.name!r} has no key "
-                    f"{key!r}; add the key to the Secret or set credentialsSecret.{field} to "
-                    "the key that holds it",
-                )
+            return "CredentialsNotFound", triage.credentials_not_found(ref, ns)
+        for field, key in triage.credential_keys(ref):
+            if key not in (keys or ()):
+                return "CredentialsIncomplete", triage.credentials_incomplete(ref, field, key)
     problem = claim_problem(trainjob, ns)
     if problem is not None:
         return problem

@@ -311,14 +311,26 @@ def pvc_access_modes(namespace: str, name: str) -> list[str] | None:
     return [str(m) for m in (pvc.get("spec") or {}).get("accessModes") or []]
 
 
-def secret_keys(namespace: str, name: str) -> set[str] | None:
-    """Names of a Secret's keys (never its values), or None when it does not exist. The values
-    are dropped as soon as the answer is decoded; nothing logs the answer."""
+#: What `secret_keys` answers when the operator may not read the Secret (403): its account has
+#: no `get secrets` there (chart value rbac.readSecrets, off by default).
+UNREADABLE: frozenset[str] = frozenset({"\0unreadable"})
+
+
+def secret_keys(namespace: str, name: str) -> frozenset[str] | None:
+    """Names of a Secret's keys (never its values), None when it does not exist, or UNREADABLE
+    when the operator may not read it. The values are dropped as soon as the answer is decoded;
+    nothing logs the answer."""
     path = _path("", "v1", namespace, "secrets", name)
-    secret = call("get", "secrets", lambda: request("GET", path), ok=(404,))
-    if secret is None:
-        return None
-    return {str(key) for key in (secret.get("data") or {})}
+    try:
+        secret = request("GET", path)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        if exc.status == 403:
+            return UNREADABLE
+        metrics.API_ERRORS.labels(verb="get", resource="secrets").inc()
+        raise
+    return frozenset(str(key) for key in (secret.get("data") or {}))
 
 
 #: DRA objects a pod's resourceClaims entry names: its field -> (kind, plural of resource.k8s.io/v1)

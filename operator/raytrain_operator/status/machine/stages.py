@@ -462,6 +462,12 @@ def _cluster_starting(b: _Builder, p: _Pass) -> Plan:
     if b.obs.cluster_problem is not None:
         reason, problem = b.obs.cluster_problem
         message = f"{message}. {problem}"
+        if reason in triage.CONFIG_REASONS:
+            # Nothing goes on until the user fixes the reference: stalled, as preflight would
+            # have said had it read the Secret; the kubelet starts the pods once it is right.
+            b.set(c.STALLED, True, reason, problem)
+            b.set(c.RECONCILING, True, reason, message)
+            return b.finish(STALLED)
     b.set(c.RECONCILING, True, reason, message)
     return b.finish(PENDING)
 

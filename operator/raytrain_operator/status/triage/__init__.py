@@ -19,6 +19,8 @@ The modules:
 - `policy`: `RetryPolicy`, `DEFAULT_POLICY`, `merge_policy`, `retry_decision` and `advice`.
 - `pods`: what the pods and events show (`classify_pods`): OOMKilled, ImagePullFailed,
   NodeLost, Unschedulable.
+- `config`: a container that cannot start for a missing Secret, ConfigMap or key
+  (`config_problem`), and the credentials Secret's messages preflight shares.
 - `memory`: what to raise when out of memory, and `head_out_of_memory` (status.outOfMemory).
 - `tracebacks`: a failure text's last traceback lines and the exception type it names.
 - `ray_memory`: OOMKilled by Ray's memory monitor, and where it killed.
@@ -31,6 +33,13 @@ Everything other code uses is imported from here, as `raytrain_operator.status.t
 from __future__ import annotations
 
 from raytrain_operator.status.triage.classification import classify
+from raytrain_operator.status.triage.config import REASONS as CONFIG_REASONS
+from raytrain_operator.status.triage.config import (
+    config_problem,
+    credential_keys,
+    credentials_incomplete,
+    credentials_not_found,
+)
 from raytrain_operator.status.triage.memory import head_fix, head_out_of_memory, worker_fix
 from raytrain_operator.status.triage.model import (
     INFRASTRUCTURE,
@@ -62,6 +71,7 @@ from raytrain_operator.status.triage.tracebacks import (
 )
 
 __all__ = [
+    "CONFIG_REASONS",
     "DEFAULT_POLICY",
     "HEAD",
     "INFRASTRUCTURE",
@@ -77,6 +87,10 @@ __all__ = [
     "advice",
     "classify",
     "classify_pods",
+    "config_problem",
+    "credential_keys",
+    "credentials_incomplete",
+    "credentials_not_found",
     "exception_type",
     "head_fix",
     "head_out_of_memory",
