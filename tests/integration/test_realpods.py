@@ -21,6 +21,7 @@ measured there (benchmarks/realpod_faults.py).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -1296,11 +1297,144 @@ def _intruder_result(cluster: KubeCluster, name: str, namespace: str) -> dict[st
     return result
 
 
-def test_a_pod_of_another_namespace_cannot_use_the_training_clusters_head(
+# What a pod that mounts the host's /proc reads of other tenants' processes: every environment
+# entry of every process it may open, hashed, checked against the digest of the one asked for.
+HOST_PROC = r"""
+import glob, hashlib, json, sys
+wanted, seen, opened = sys.argv[1], 0, 0
+for path in glob.glob("/host/proc/[0-9]*/environ"):
+    try:
+        entries = open(path, "rb").read().split(b"\0")
+    except OSError:
+        continue
+    opened += 1
+    seen += any(hashlib.sha256(e).hexdigest() == wanted for e in entries)
+print("RESULT " + json.dumps({"opened": opened, "found": seen}), flush=True)
+"""
+
+
+def _tenant(cluster: KubeCluster, namespace: str) -> list[str]:
+    """A tenant of `namespace` who may use TrainJobs there and nothing more (no pods, no
+    Secrets): kubectl's arguments to act as it."""
+    cluster.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": "tenant"}}, namespace=namespace)  # fmt: skip
+    rules = [
+        {"apiGroups": ["raytrain.dev"], "resources": ["trainjobs"],
+         "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+        {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["get", "list"]},
+    ]  # fmt: skip
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "tenant"}, "rules": rules}  # fmt: skip
+    cluster.apply(role, namespace=namespace)
+    cluster.apply({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "tenant"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}],
+    }, namespace=namespace)  # fmt: skip
+    return ["--as", f"system:serviceaccount:{namespace}:tenant"]
+
+
+def _as(cluster: KubeCluster, who: list[str], namespace: str, obj: dict[str, Any]) -> Any:
+    return cluster.kubectl(
+        "apply", "--server-side", "--field-manager=tenant", "-n", namespace, *who, "-f", "-",
+        input=json.dumps(obj), check=False,
+    )  # fmt: skip
+
+
+def _digits_job(name: str, **spec: Any) -> dict[str, Any]:
+    (job,) = [d for d in trainjob_on_real_node(DIGITS, name=name) if d["kind"] == "TrainJob"]
+    job["spec"].update(spec)
+    return job
+
+
+def _operator_account(cluster: KubeCluster) -> str:
+    deployment = cluster.get_json("deployment", "-n", SYSTEM_NS, "-l", OPERATOR_SELECTOR)
+    pod = deployment["items"][0]["spec"]["template"]["spec"]
+    return f"system:serviceaccount:{SYSTEM_NS}:{pod['serviceAccountName']}"
+
+
+def _cross_tenant(real_world: RealWorld, a: str, b: str) -> None:
+    """Tenant B (who may create TrainJobs in its namespace, nothing more) against tenant A's
+    running job: the host's /proc, A's Secrets through the operator, and KubeRay's label."""
+    cluster = real_world.cluster
+    who = _tenant(cluster, b)
+    # A's Secrets: B may not read them, nor may the operator B's jobs go through (the chart's
+    # default grants it no Secret at all).
+    for account in (who, ["--as", _operator_account(cluster)]):
+        can = cluster.kubectl("auth", "can-i", "get", "secrets", "-n", a, *account, check=False)
+        assert can.stdout.strip() == "no", (account, can.stdout, can.stderr)
+
+    # The host's /proc: what it would give. A pod that mounts it (made here by the cluster's
+    # administrator: B may create no pod) runs as uid 1000 like every TrainJob pod, and reads
+    # the environment of A's Ray processes, A's S3 secret key among it.
+    (secret,) = [d for d in trainjob_on_real_node(DIGITS) if d["kind"] == "Secret"]
+    entry = f"AWS_SECRET_ACCESS_KEY={secret['stringData']['AWS_SECRET_ACCESS_KEY']}"
+    digest = hashlib.sha256(entry.encode()).hexdigest()
+    proc_volume = {"name": "host-proc", "hostPath": {"path": "/proc"}}
+    proc_mount = {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True}
+    cluster.apply({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "host-proc"},
+        "spec": {
+            **ON_REAL_NODE, "restartPolicy": "Never",
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True},
+            "volumes": [proc_volume],
+            "containers": [{
+                "name": "read", "image": real_world.images.runtime_image,
+                "imagePullPolicy": "Never", "command": ["python", "-c", HOST_PROC, digest],
+                "volumeMounts": [proc_mount],
+                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+            }],
+        },
+    }, namespace=b)  # fmt: skip
+    read = _intruder_result(cluster, "host-proc", b)
+    assert read["found"] >= 1, read  # the threat is real on this node...
+    # ...and a TrainJob is no way to it: B's job with the same volume stalls before anything
+    # is created, naming the field and who may grant it.
+    snoop = _digits_job("snoop", workerTemplate={
+        **ON_REAL_NODE, "volumes": [proc_volume], "volumeMounts": [proc_mount]})  # fmt: skip
+    made = _as(cluster, who, b, snoop)
+    assert made.returncode == 0, made.stderr
+    refused = condition(wait_condition(cluster, b, "snoop", "Stalled", START_TIMEOUT), "Stalled")
+    assert refused is not None and refused["reason"] == "OverrideForbidden", refused
+    assert refused["message"].startswith(
+        "spec.workerTemplate.volumes[0] ('host-proc'): a hostPath volume"
+    ), refused
+    assert cluster.get_json("rayjobs", "-n", b, *who)["items"] == []
+
+    # KubeRay's label, which every job's NetworkPolicy admits to the dashboard: B cannot put it
+    # on its pods (refused at admission, naming the key), and the TrainJob's own labels are not
+    # copied to them.
+    kuberay = {"app.kubernetes.io/name": "kuberay-operator"}
+    labelled = _digits_job("decoy", workerTemplate={**ON_REAL_NODE, "labels": kuberay})
+    made = _as(cluster, who, b, labelled)
+    assert made.returncode != 0 and "app.kubernetes.io/name" in made.stderr, made.stderr
+    decoy = _digits_job("decoy", suspend=True)
+    decoy["metadata"]["labels"] = {**decoy["metadata"].get("labels", {}), **kuberay}
+    made = _as(cluster, who, b, decoy)
+    assert made.returncode == 0, made.stderr
+
+    def suspended_rayjob() -> dict[str, Any] | None:
+        items = cluster.get_json("rayjobs", "-n", b, *who)["items"]
+        return dict(items[0]) if items else None
+
+    rayjob = wait_for(suspended_rayjob, timeout=START_TIMEOUT, what="decoy's suspended RayJob")
+    spec = rayjob["spec"]["rayClusterSpec"]
+    templates = [spec["headGroupSpec"]["template"]]
+    templates += [g["template"] for g in spec["workerGroupSpecs"]]
+    for template in templates:
+        labels = template.get("metadata", {}).get("labels", {})
+        assert labels.get("app.kubernetes.io/name") != "kuberay-operator", labels
+
+
+def test_another_tenant_cannot_use_the_training_clusters_head_its_keys_or_the_host(
     real_world: RealWorld, namespace: str
 ) -> None:
+    """Pods of another namespace against a running job's head (its NetworkPolicy, then Ray's
+    token), and what another tenant who may create TrainJobs tries (`_cross_tenant`). The job
+    trains long enough to outlast every probe: it is still in its first attempt at the end."""
     cluster = real_world.cluster
-    _apply_digits(real_world, namespace, "guarded", epochs=FAULT_EPOCHS)
+    _apply_digits(real_world, namespace, "guarded", epochs=4 * FAULT_EPOCHS)
     tj = _wait_checkpoint(real_world, namespace, "guarded", 1)
     head = f"{tj['status']['rayClusterName']}-head-svc.{namespace}.svc.cluster.local"
     policy = cluster.get_json("networkpolicy", "guarded-ray", "-n", namespace)
@@ -1330,6 +1464,8 @@ def test_a_pod_of_another_namespace_cannot_use_the_training_clusters_head(
         # Past the policy, Ray's token authentication: the head answers and refuses.
         admitted = _intruder_result(cluster, "impostor", namespace)
         assert admitted == {"resolved": True, "dashboard": 401, "submit": 401, "gcs": "open"}
+        # The namespace beside it is another tenant's: what it may try against this job.
+        _cross_tenant(real_world, namespace, other)
     finally:
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
         cluster.kubectl("delete", "pod", "neighbour", "impostor", "-n", namespace, check=False)
