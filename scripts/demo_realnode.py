@@ -55,6 +55,8 @@ CLUSTER_SH = REPO / "e2e" / "controlplane" / "cluster.sh"
 DIGITS = REPO / "examples" / "digits.yaml"
 CLUSTER = os.environ.get("RAYTRAIN_CLUSTER") or "raytrain-demo"
 NAMESPACE = os.environ.get("DEMO_NAMESPACE") or "raytrain-demo"
+#: The label of a namespace the chart's operator manages (its default namespaceSelector).
+ENABLED = "raytrain.dev/enabled=true"
 EPOCHS = int(os.environ["DEMO_EPOCHS"]) if os.environ.get("DEMO_EPOCHS") else None
 BUCKET = "raytrain"  # realpods.BUCKET
 
@@ -212,6 +214,14 @@ def up() -> World:
     step("helm install raytrain charts/raytrain-operator (the operator runs as a pod)")
     install_chart(cluster, images)
     print(cluster.kubectl("get", "pods", "-n", "raytrain-system", "-o", "wide").stdout, flush=True)
+
+    # The chart's operator manages the namespaces an administrator opted in (its default
+    # namespaceSelector): the one `make shell` applies to, and the demo's.
+    for namespace in ("default", NAMESPACE):
+        step(f"kubectl label namespace {namespace} {ENABLED}")
+        cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        print(cluster.kubectl("label", "namespace", namespace, ENABLED, "--overwrite").stdout,
+              end="", flush=True)  # fmt: skip
     return World(cluster, minio)
 
 
@@ -239,7 +249,9 @@ def run_digits(world: World) -> None:
 
     cluster = world.cluster
     step(f"kubectl apply -f examples/digits.yaml -n {NAMESPACE} (placed on the real node)")
-    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    key, value = ENABLED.split("=")
+    namespace = {"name": NAMESPACE, "labels": {key: value}}
+    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": namespace})
     if cluster.kubectl("get", "rtj", "digits", "-n", NAMESPACE, check=False).returncode == 0:
         print("removing the TrainJob digits of an earlier run", flush=True)
         cluster.kubectl("delete", "rtj", "digits", "-n", NAMESPACE, "--wait=true", timeout=300)

@@ -117,6 +117,8 @@ print('bucket raytrain ready')
 
 log "applying examples/digits.yaml in namespace $JOB_NS with image $RUNTIME_IMAGE"
 kubectl create namespace "$JOB_NS"
+# The chart's operator manages only the namespaces opted in (its default namespaceSelector).
+kubectl label namespace "$JOB_NS" raytrain.dev/enabled=true
 sed "s#image: raytrain/trainer-runtime:[^[:space:]]*#image: $RUNTIME_IMAGE#" examples/digits.yaml \
   | kubectl -n "$JOB_NS" apply -f -
 kubectl -n "$JOB_NS" get trainjobs.raytrain.dev digits -o jsonpath='{.spec.image}{"\n"}' \

@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     engine = Engine(config, identity)
     registry = kopf.OperatorRegistry()
-    handlers.register(registry)
+    handlers.register(registry, select_namespaces=config.namespace_selector is not None)
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     metrics.serve(args.metrics_port, args.bind_address)

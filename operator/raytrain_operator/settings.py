@@ -25,6 +25,7 @@ from typing import Any, cast
 import kopf
 
 from raytrain_operator.builders.network import DEFAULT_INGRESS, parse_ingress
+from raytrain_operator.builders.selectors import SELECTOR_ENV, parse_selector
 
 KOPF_PREFIX = "kopf.raytrain.dev"
 #: The KopfPeering (namespaced runs) or ClusterKopfPeering (cluster-wide) object instances
@@ -143,6 +144,12 @@ class OperatorConfig:
     #: another scheduler places pods by its own rules, past the quotas and placement the
     #: cluster's own keeps.
     schedulers: frozenset[str] = field(default_factory=lambda: _env_names("RAYTRAIN_SCHEDULERS"))
+    #: The namespaces whose TrainJobs this operator manages: a LabelSelector on their labels
+    #: (chart value namespaceSelector, RAYTRAIN_NAMESPACE_SELECTOR as JSON). None: every
+    #: namespace it watches (handlers/namespaces.py).
+    namespace_selector: dict[str, Any] | None = field(
+        default_factory=lambda: parse_selector(os.environ.get(SELECTOR_ENV) or "")
+    )
     #: Whether preflight reads the credentials Secret a job names (its key names only) before
     #: anything is created. The chart turns it off unless its account may (rbac.readSecrets,
     #: off by default: no `get secrets`); the pods' own failure then names a missing Secret or

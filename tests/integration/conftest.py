@@ -339,12 +339,19 @@ def operator_client(kube_cluster: KubeCluster, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(k8s.client, "_local", threading.local())  # a fresh connection
 
 
+#: The label of a namespace the chart's operator manages (its default namespaceSelector).
+ENABLED_LABEL = "raytrain.dev/enabled"
+
+
 @pytest.fixture
 def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace for one test (with its default ServiceAccount), deleted afterwards."""
+    """A fresh namespace for one test (with its default ServiceAccount), deleted afterwards.
+    It carries the label the chart's namespaceSelector asks for by default, as an
+    administrator sets it for a team (docs/install.md): a chart-installed operator manages it."""
     base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"t-{base}-{uuid.uuid4().hex[:6]}"
     kube_cluster.kubectl("create", "namespace", name)
+    kube_cluster.kubectl("label", "namespace", name, f"{ENABLED_LABEL}=true")
     # Pods are refused until the controller-manager has created the default ServiceAccount.
     wait_for(
         lambda: (

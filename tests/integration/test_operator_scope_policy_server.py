@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from _wait import wait_for
+from conftest import ENABLED_LABEL
 from test_operator import crds
 from test_status_policy_server import as_user, helm, make_trainjob, policy_docs
 
@@ -156,6 +157,25 @@ def test_the_operators_account_writes_its_children_and_nothing_else(
     assert taken.returncode != 0
     assert f"configmaps {ns}/app-settings was not one before this update" in taken.stderr
     assert "labels" not in kube_cluster.get_json("configmap", "app-settings", "-n", ns)["metadata"]
+
+    # In a namespace the operator's namespaceSelector does not select, not even its own child
+    # (the namespace fixture carries the chart's default label; here it is taken away).
+    kube_cluster.kubectl("label", "namespace", ns, f"{ENABLED_LABEL}-")
+
+    def refused_outside() -> Any:
+        made = create_as_operator(kube_cluster, ns, ours(ns, f"{JOB}-outside", uid))
+        if made.returncode == 0:
+            as_user(kube_cluster, OPERATOR, ns, "delete", "configmap", f"{JOB}-outside")
+            return None
+        return made
+
+    outside = wait_for(refused_outside, timeout=60, what="a refusal in an unselected namespace")
+    assert (
+        f"the raytrain-operator account may CREATE nothing in namespace {ns}: it does not match "
+        "the operator's namespaceSelector (chart value namespaceSelector; "
+        "raytrain.dev/enabled=true)"
+    ) in outside.stderr, outside.stderr
+    kube_cluster.kubectl("label", "namespace", ns, f"{ENABLED_LABEL}=true")
 
     # Any other account is not matched: the admin deletes the application's policy.
     kube_cluster.kubectl("delete", "networkpolicy", "default-deny", "-n", ns)

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 from _wait import guarded, wait_for
-from conftest import REPO, KubeCluster, uses_frameworks_image
+from conftest import ENABLED_LABEL, REPO, KubeCluster, uses_frameworks_image
 from kueue import SLICES, running
 from realpods import (
     BUCKET,
@@ -1442,6 +1442,8 @@ def test_another_tenant_cannot_use_the_training_clusters_head_its_keys_or_the_ho
 
     other = f"{namespace[:50]}-other"
     cluster.kubectl("create", "namespace", other)
+    # Another team's namespace, opted in like the job's own (conftest.namespace).
+    cluster.kubectl("label", "namespace", other, f"{ENABLED_LABEL}=true")
     try:
         wait_for(
             lambda: (

@@ -253,6 +253,49 @@ def test_the_operator_reads_no_secret_by_default(
     assert ("", "secrets") not in rules_table(one(namespaced, "ClusterRole")["rules"])
 
 
+def test_the_namespace_selector_reaches_the_operator_and_its_scope_policy(
+    helm: str, default: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default the operator manages namespaces labelled raytrain.dev/enabled=true, and its
+    scope policy refuses its writes elsewhere; `namespaceSelector: null` manages every one."""
+    from raytrain_operator.settings import OperatorConfig
+
+    monkeypatch.setenv(
+        "RAYTRAIN_NAMESPACE_SELECTOR", operator_env(default)["RAYTRAIN_NAMESPACE_SELECTOR"]
+    )
+    assert OperatorConfig().namespace_selector == {"matchLabels": {"raytrain.dev/enabled": "true"}}
+
+    def selected(docs: list[dict[str, Any]]) -> str:
+        (vap,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"
+                  and d["metadata"]["name"].endswith("-operator-scope")]  # fmt: skip
+        variables = {v["name"]: v["expression"] for v in vap["spec"]["variables"]}
+        return str(variables["selected"]).strip()
+
+    assert selected(default) == (
+        '("raytrain.dev/enabled" in variables.nsLabels && '
+        'variables.nsLabels["raytrain.dev/enabled"] == "true")'
+    )
+    everyone = render(helm, "--set", "namespaceSelector=null")
+    assert "RAYTRAIN_NAMESPACE_SELECTOR" not in operator_env(everyone)
+    assert selected(everyone) == "true"
+    teams = render(
+        helm, "--set", "namespaceSelector.matchLabels=null",
+        "--set", "namespaceSelector.matchExpressions[0].key=team",
+        "--set", "namespaceSelector.matchExpressions[0].operator=In",
+        "--set", "namespaceSelector.matchExpressions[0].values={a,b}",
+    )  # fmt: skip
+    assert (
+        selected(teams)
+        == '("team" in variables.nsLabels && variables.nsLabels["team"] in ["a","b"])'
+    )
+    monkeypatch.setenv(
+        "RAYTRAIN_NAMESPACE_SELECTOR", operator_env(teams)["RAYTRAIN_NAMESPACE_SELECTOR"]
+    )
+    assert OperatorConfig().namespace_selector == {
+        "matchExpressions": [{"key": "team", "operator": "In", "values": ["a", "b"]}]
+    }
+
+
 def test_metrics_service_selects_the_operator_pod(default: list[dict[str, Any]]) -> None:
     svc = one(default, "Service")
     labels = one(default, "Deployment")["spec"]["template"]["metadata"]["labels"]

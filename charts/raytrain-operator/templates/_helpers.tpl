@@ -115,7 +115,7 @@ the ClusterTrainJobTemplates jobs name. */}}
 {{- define "raytrain-operator.clusterRules" -}}
 - apiGroups: [""]
   resources: ["namespaces"]
-  verbs: ["list", "watch"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
@@ -148,4 +148,48 @@ KubeRay's operator pods to the dashboard, then networkPolicy.extraIngress. */}}
 {{- end -}}
 {{- $kuberay := dict "from" (list $peer) "ports" (list (dict "protocol" "TCP" "port" 8265)) -}}
 {{- prepend ($np.extraIngress | default list) $kuberay | toJson -}}
+{{- end -}}
+
+{{/* The namespace selector as JSON, empty when it selects every namespace. */}}
+{{- define "raytrain-operator.namespaceSelector" -}}
+{{- $sel := .Values.namespaceSelector | default dict -}}
+{{- if or $sel.matchLabels $sel.matchExpressions -}}
+{{- $sel | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The namespace selector as a CEL expression over the admission request's namespaceObject
+(true when the selector selects every namespace). */}}
+{{- define "raytrain-operator.namespaceSelectorCEL" -}}
+{{- $sel := .Values.namespaceSelector | default dict -}}
+{{- $terms := list -}}
+{{- range $key, $value := $sel.matchLabels -}}
+{{- $terms = append $terms (printf "(%s in variables.nsLabels && variables.nsLabels[%s] == %s)" ($key | toJson) ($key | toJson) ($value | toString | toJson)) -}}
+{{- end -}}
+{{- range $sel.matchExpressions -}}
+{{- $k := .key | toJson -}}
+{{- if eq .operator "In" -}}
+{{- $terms = append $terms (printf "(%s in variables.nsLabels && variables.nsLabels[%s] in %s)" $k $k (.values | toJson)) -}}
+{{- else if eq .operator "NotIn" -}}
+{{- $terms = append $terms (printf "!(%s in variables.nsLabels && variables.nsLabels[%s] in %s)" $k $k (.values | toJson)) -}}
+{{- else if eq .operator "Exists" -}}
+{{- $terms = append $terms (printf "(%s in variables.nsLabels)" $k) -}}
+{{- else if eq .operator "DoesNotExist" -}}
+{{- $terms = append $terms (printf "!(%s in variables.nsLabels)" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- if $terms -}}{{ join " && " $terms }}{{- else -}}true{{- end -}}
+{{- end -}}
+
+{{/* The namespace selector as kubectl writes one (raytrain.dev/enabled=true), or "every namespace". */}}
+{{- define "raytrain-operator.namespaceSelectorDescription" -}}
+{{- $sel := .Values.namespaceSelector | default dict -}}
+{{- $parts := list -}}
+{{- range $key, $value := $sel.matchLabels -}}
+{{- $parts = append $parts (printf "%s=%s" $key ($value | toString)) -}}
+{{- end -}}
+{{- range $sel.matchExpressions -}}
+{{- $parts = append $parts (printf "%s %s %s" .key .operator (join "," (.values | default list))) -}}
+{{- end -}}
+{{- if $parts -}}{{ join "," $parts }}{{- else -}}every namespace{{- end -}}
 {{- end -}}

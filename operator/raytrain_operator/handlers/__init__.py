@@ -21,14 +21,15 @@ from raytrain_operator.handlers.events import engine_of
 from raytrain_operator.settings import configure_kopf
 
 
-def register(registry: kopf.OperatorRegistry) -> None:
-    """Every handler of the operator, on `registry`."""
+def register(registry: kopf.OperatorRegistry, *, select_namespaces: bool = False) -> None:
+    """Every handler of the operator, on `registry`; `select_namespaces`: the operator has a
+    namespace selector, so kopf watches namespaces for their labels (handlers/namespaces.py)."""
     kopf.on.startup(id="configure", registry=registry)(configure)
     kopf.on.login(id="credentials", registry=registry)(login)
     kopf.on.startup(id="engine", registry=registry)(start_engine)
     kopf.on.cleanup(id="engine", registry=registry)(stop_engine)
     trainjobs.register(registry)
-    events.register(registry)
+    events.register(registry, select_namespaces=select_namespaces)
     rayjobs.register(registry)
     legacy.register(registry)
 

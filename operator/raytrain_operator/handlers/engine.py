@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,7 +36,9 @@ import kopf
 
 from raytrain_contract.api.v1alpha1 import GROUP, PLURAL, VERSION
 from raytrain_contract.meta import LABEL_TRAINJOB
+from raytrain_contract.timefmt import rfc3339
 from raytrain_operator import k8s, metrics
+from raytrain_operator.handlers.namespaces import NamespaceSelection
 from raytrain_operator.handlers.peering import PeeringWatch
 from raytrain_operator.handlers.queue import Key, Seen, WorkQueue
 from raytrain_operator.handlers.reconcile import (
@@ -47,6 +50,7 @@ from raytrain_operator.handlers.reconcile import (
 from raytrain_operator.handlers.state import PassState
 from raytrain_operator.k8s import RAY_GROUP, RAY_VERSION, RAYCLUSTERS, RAYJOBS
 from raytrain_operator.settings import OperatorConfig
+from raytrain_operator.status import conditions
 
 LOG = logging.getLogger("raytrain_operator.engine")
 
@@ -102,6 +106,10 @@ def written(obj: Mapping[str, Any], patch: kopf.Patch) -> dict[str, Any]:
     return {**obj, "status": merged(obj.get("status") or {}, dict(patch.get("status") or {}))}
 
 
+#: The Stalled reason of a TrainJob in a namespace the namespace selector does not select.
+NOT_SELECTED = "NamespaceNotSelected"
+
+
 class Engine:
     def __init__(self, config: OperatorConfig, identity: str = "") -> None:
         self.config = config
@@ -109,6 +117,8 @@ class Engine:
         self.state = PassState(config)
         self.queue = WorkQueue(self.run_pass, config.workers)
         self.seen = Seen()
+        #: Which namespaces' TrainJobs this operator manages (its namespace selector).
+        self.namespaces = NamespaceSelection(config.namespace_selector, k8s.namespace_labels)
         #: kopf's indexes (rayjobs, rayclusters), handed over at start-up.
         self.indexes: tuple[Any, Any] = (None, None)
         #: A new TrainJob as its creation event showed it: its first pass reads nothing.
@@ -234,6 +244,9 @@ class Engine:
             ):
                 self.seen.saw_trainjob(obj)
                 return
+            if not self.namespaces.selects(namespace):
+                self._not_managed(key, obj)
+                return
             logger = _ObjectLogger(LOG, {"key": f"{namespace}/{name}"})
             # The resync found what the watch did not show: kopf's indexes, which the same
             # watches fill, may lack it too, so this pass reads the RayJobs from the API.
@@ -248,6 +261,38 @@ class Engine:
         except k8s.WritesPaused:
             # Paused or stopping in the middle of the pass: it runs again after the pause.
             self.queue.schedule(key, 0.0, cause)
+
+    def namespace_selection_changed(self, namespace: str, selected: bool) -> None:
+        """A namespace was opted in or out: a pass for each of its TrainJobs (managed from now
+        on, or told that it no longer is)."""
+        verb = "now matches" if selected else "no longer matches"
+        LOG.info(f"Namespace {namespace} {verb} the namespace selector: its TrainJobs are queued.")
+        for name in k8s.trainjob_names(namespace):
+            metrics.WAKEUPS.labels(cause="namespace").inc()
+            self.queue.schedule((namespace, name), 0.0, "namespace")
+
+    def _not_managed(self, key: Key, obj: Mapping[str, Any]) -> None:
+        """A TrainJob of a namespace the selector does not select: Stalled says so, written
+        once (and once more only if the reason changed). Nothing else of it is touched."""
+        namespace, name = key
+        status = obj.get("status") or {}
+        message = self.namespaces.refusal(namespace)
+        stalled = conditions.find(status.get("conditions"), conditions.STALLED) or {}
+        if stalled.get("reason") == NOT_SELECTED and stalled.get("message") == message:
+            return
+        desired = {conditions.STALLED: conditions.Desired(True, NOT_SELECTED, message)}
+        held = status.get("observedGeneration")
+        observed = held if isinstance(held, int) else 0
+        merged, _ = conditions.merge(
+            status.get("conditions"), desired, observed, rfc3339(time.time())
+        )
+        patch: dict[str, Any] = {"conditions": merged}
+        if not status.get("phase"):
+            patch["phase"] = "Stalled"
+        LOG.warning(f"[{namespace}/{name}] Stalled ({NOT_SELECTED}): {message}")
+        body = kopf.Patch({"status": patch})
+        if self.write(namespace, name, obj.get("metadata") or {}, body):
+            self.seen.saw_trainjob(written(obj, body))
 
     def _carry_out(
         self, key: Key, obj: Mapping[str, Any], result: PassResult, logger: _ObjectLogger

@@ -5,6 +5,8 @@
   (the ADDED event of a RayJob the operator has just created, a change of fields no pass
   reads) queues nothing.
 - One of their RayClusters changes what a pass reads of it (worker counts, ReplicaFailure).
+- A namespace's labels change whether the operator's namespace selector selects it: each of its
+  TrainJobs is queued (handlers/namespaces.py). Watched only when there is a selector.
 The TrainJob's own events are handlers/trainjobs.py's.
 
 The handlers are coroutines: what they do takes microseconds, and kopf would hand a plain
@@ -80,7 +82,19 @@ async def raycluster_changed(
     engine.enqueue((namespace, owner))
 
 
-def register(registry: kopf.OperatorRegistry) -> None:
+async def namespace_changed(
+    type: str | None, name: str, meta: kopf.Meta, memo: kopf.Memo, **_: Any
+) -> None:
+    """A namespace's labels: when its selection changes, each of its TrainJobs is queued (one
+    opted in is managed from now on; one opted out says so)."""
+    engine = engine_of(memo)
+    now = engine.namespaces.saw(name, None if type == "DELETED" else dict(meta.labels))
+    if now is None:
+        return
+    engine.namespace_selection_changed(name, now)
+
+
+def register(registry: kopf.OperatorRegistry, *, select_namespaces: bool = False) -> None:
     kopf.on.event(
         RAY_GROUP,
         RAY_VERSION,
@@ -97,3 +111,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
         id="wake-trainjob-cluster",
         registry=registry,
     )(raycluster_changed)
+    if select_namespaces:
+        kopf.on.event("", "v1", "namespaces", id="namespace-labels", registry=registry)(
+            namespace_changed
+        )

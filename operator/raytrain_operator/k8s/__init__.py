@@ -356,6 +356,21 @@ def dra_object_exists(namespace: str, plural: str, name: str) -> bool | None:
     return True
 
 
+def namespace_labels(name: str) -> dict[str, str] | None:
+    """A namespace's labels; None when it does not exist or the operator may not read it."""
+    answer = call("get", "namespaces", lambda: request("GET", f"/api/v1/namespaces/{quote(name)}"),
+                  ok=(403, 404))  # fmt: skip
+    if answer is None:
+        return None
+    return {str(k): str(v) for k, v in ((answer.get("metadata") or {}).get("labels") or {}).items()}
+
+
+def trainjob_names(namespace: str) -> list[str]:
+    """The names of the TrainJobs of a namespace (their metadata only)."""
+    listing = iter_all(GROUP, VERSION, PLURAL, namespace, metadata_only=True)
+    return [str((obj.get("metadata") or {}).get("name")) for obj in listing]
+
+
 def list_pods(namespace: str, label_selector: str) -> list[dict[str, Any]] | None:
     """Pods matching a selector; None when the operator may not list pods (403)."""
     path = _path("", "v1", namespace, "pods")
