@@ -11,6 +11,7 @@ from raytrain_contract.api.v1alpha1 import TrainJob
 from raytrain_contract.meta import ANNOTATION_CHECKPOINT_REQUESTED
 from raytrain_contract.timefmt import rfc3339
 from raytrain_operator.status import machine as m
+from raytrain_operator.status import triage
 from raytrain_operator.status.conditions import find
 
 NOW = datetime(2026, 11, 22, 8, 0, 0, tzinfo=timezone.utc)
@@ -212,11 +213,18 @@ def test_failed_attempt_retries_with_a_new_rayjob_until_the_backoff_limit() -> N
         tj(backoffLimit=2), st2, None, older_rayjobs={"digits-0": False}, highest_attempt=0
     )
     assert deleting.actions == [m.DeleteRayJob("digits-0")]
-    assert cond(deleting, "Reconciling")["reason"] == "StoppingPreviousAttempt"
+    stopping = cond(deleting, "Reconciling")
+    assert stopping["reason"] == "StoppingPreviousAttempt"
+    # Why the attempt failed stays in the condition while its RayJob goes, not for one pass.
+    message = stopping["message"]
+    assert ". Why: attempt 0 failed (Unknown: RayJob digits-0 ended" in message, message
+    assert "boom" in message and message.endswith(triage.UNKNOWN_HINT + ")"), message
+    st3 = status_after(deleting, st2)
     waiting = run(
-        tj(backoffLimit=2), st2, None, older_rayjobs={"digits-0": True}, highest_attempt=0
+        tj(backoffLimit=2), st3, None, older_rayjobs={"digits-0": True}, highest_attempt=0
     )
     assert waiting.actions == []
+    assert cond(waiting, "Reconciling")["message"] == message
     created = run(tj(backoffLimit=2), st2, None)
     assert created.actions == [m.EnsureChildren(1, False)]
 

@@ -3,6 +3,7 @@ admission, resuming a suspended RayJob, and waiting for an earlier attempt's Ray
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -97,6 +98,25 @@ def _checkpointing(b: _Builder, left: float) -> Plan:
     return b.finish(RUNNING)
 
 
+#: The end of a Retrying message, after the failure it names (failures.py, `_attempt_failure`).
+_RETRY_CLAUSE = re.compile(r"; retry \d+ of \d+: once RayJob \S+ and its pods are gone, ")
+_WHY = ". Why: "
+
+
+def _why_retried(status: Mapping[str, Any]) -> str | None:
+    """What the Retrying condition said of the failed attempt ("attempt N failed (...)"),
+    kept while its RayJob goes: Retrying lasts one pass, the wait for the old RayJob longer,
+    and an Event of the failure is gone after an hour."""
+    before = c.find(status.get("conditions"), c.RECONCILING) or {}
+    message = str(before.get("message") or "")
+    if before.get("reason") == "Retrying":
+        found = _RETRY_CLAUSE.search(message)
+        return message[: found.start()] if found else None
+    if before.get("reason") == "StoppingPreviousAttempt" and _WHY in message:
+        return message.split(_WHY, 1)[1]
+    return None
+
+
 def _await_previous(b: _Builder, name: str) -> Plan:
     """Attempts never overlap: the next RayJob waits until the earlier ones and their pods are
     gone (they are deleted in the foreground, so a RayJob disappears after its pods)."""
@@ -106,6 +126,9 @@ def _await_previous(b: _Builder, name: str) -> Plan:
         f"waiting for RayJob {', '.join(sorted(older))} of an earlier attempt and its pods to be "
         f"deleted before RayJob {name} starts (two attempts never run at once)"
     )
+    why = _why_retried(b.obs.status)
+    if why:
+        msg += f". Why: {why}"
     b.set(c.RUNNING, False, "StoppingPreviousAttempt", msg)
     b.set(c.RECONCILING, True, "StoppingPreviousAttempt", msg)
     b.due_in(2)
