@@ -195,3 +195,28 @@ def test_a_namespace_that_gains_or_loses_the_label_queues_its_trainjobs(
     assert len(queued) == 2
     namespace_event("MODIFIED", {})
     assert len(queued) == 4
+
+
+def test_a_job_another_operator_handles_is_left_alone_unless_its_namespace_just_opted_out(
+    selective: tuple[Engine, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job with a status that says nothing of this selector may be another operator's (one
+    whose selector takes the namespace): no write, or the two would take turns for ever. Once
+    its namespace loses the label while this operator watches, it says so once."""
+    engine, writes = selective
+    obj: dict[str, Any] = {**manifest(), "status": {"phase": "Running", "conditions": []}}
+    obj["metadata"] = {**obj["metadata"], "namespace": "team-b"}
+    monkeypatch.setattr(k8s, "get_trainjob", lambda ns, name: obj)
+    monkeypatch.setattr(k8s, "trainjob_names", lambda ns: ["digits"])
+    monkeypatch.setattr(engine.queue, "schedule", lambda key, delay=0.0, cause="wake": None)
+    for _ in range(3):
+        engine.run_pass(("team-b", "digits"), "wake")
+    assert writes == []
+    engine.namespace_selection_changed("team-b", False)
+    engine.run_pass(("team-b", "digits"), "namespace")
+    (write,) = writes
+    stalled = find(write["status"]["conditions"], "Stalled")
+    assert stalled is not None and stalled["reason"] == NOT_SELECTED
+    assert "phase" not in write["status"]  # Running stays: its RayJob runs on, unmanaged
+    engine.run_pass(("team-b", "digits"), "wake")
+    assert len(writes) == 1

@@ -119,6 +119,8 @@ class Engine:
         self.seen = Seen()
         #: Which namespaces' TrainJobs this operator manages (its namespace selector).
         self.namespaces = NamespaceSelection(config.namespace_selector, k8s.namespace_labels)
+        #: TrainJobs of a namespace that lost the selector's label: each says so once.
+        self._opted_out: set[Key] = set()
         #: kopf's indexes (rayjobs, rayclusters), handed over at start-up.
         self.indexes: tuple[Any, Any] = (None, None)
         #: A new TrainJob as its creation event showed it: its first pass reads nothing.
@@ -218,6 +220,7 @@ class Engine:
         self.seen.forget_trainjob(namespace, name)
         with self._guard:
             self._created.pop(key, None)
+            self._opted_out.discard(key)
         if uid:
             self.state.forget(uid)
 
@@ -268,14 +271,25 @@ class Engine:
         verb = "now matches" if selected else "no longer matches"
         LOG.info(f"Namespace {namespace} {verb} the namespace selector: its TrainJobs are queued.")
         for name in k8s.trainjob_names(namespace):
+            if not selected:
+                with self._guard:
+                    self._opted_out.add((namespace, name))
             metrics.WAKEUPS.labels(cause="namespace").inc()
             self.queue.schedule((namespace, name), 0.0, "namespace")
 
     def _not_managed(self, key: Key, obj: Mapping[str, Any]) -> None:
-        """A TrainJob of a namespace the selector does not select: Stalled says so, written
-        once (and once more only if the reason changed). Nothing else of it is touched."""
+        """A TrainJob of a namespace the selector does not select: Stalled says so, once, on a
+        job nobody has handled yet (no status) or right after its namespace lost the label.
+        Nothing else of it is touched. A job with a status and no such news may be another
+        operator's (one whose selector takes this namespace): writing to it on every one of
+        that operator's writes would make the two take turns for ever."""
         namespace, name = key
         status = obj.get("status") or {}
+        with self._guard:
+            opted_out = key in self._opted_out
+            self._opted_out.discard(key)
+        if status and not opted_out:
+            return
         message = self.namespaces.refusal(namespace)
         stalled = conditions.find(status.get("conditions"), conditions.STALLED) or {}
         if stalled.get("reason") == NOT_SELECTED and stalled.get("message") == message:
