@@ -153,7 +153,7 @@ class OperatorConfig:
     #: Whether preflight reads the credentials Secret a job names (its key names only) before
     #: anything is created. The chart turns it off unless its account may (rbac.readSecrets,
     #: off by default: no `get secrets`); the pods' own failure then names a missing Secret or
-    #: key (status/triage/pods.py, config_problem). A 403 skips the check either way.
+    #: key (status/triage/config.py, config_problem). A 403 skips the check either way.
     read_secrets: bool = field(default_factory=lambda: _env_bool("RAYTRAIN_READ_SECRETS", True))
     #: Whether each TrainJob gets a NetworkPolicy that admits to its pods only its own pods and
     #: the peers below (chart value networkPolicy.enabled; builders/network.py).

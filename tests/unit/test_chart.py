@@ -239,7 +239,7 @@ def test_the_operator_reads_no_secret_by_default(
     """No `get secrets` for the operator's account unless an administrator grants it
     (rbac.readSecrets), in the watched namespaces or cluster-wide; without it the operator
     is told not to try (RAYTRAIN_READ_SECRETS=false) and the pods' own failure names a missing
-    Secret (status/triage/pods.py, config_problem)."""
+    Secret (status/triage/config.py, config_problem)."""
     operator = [d for d in default + full if not is_hook(d)]
     for role in (d for d in operator if d["kind"] in ("ClusterRole", "Role")):
         assert ("", "secrets") not in rules_table(role["rules"]), role["metadata"]

@@ -34,10 +34,6 @@ class NamespaceSelection:
         self._labels: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
 
-    @property
-    def active(self) -> bool:
-        return self.selector is not None
-
     def selects(self, namespace: str) -> bool:
         if self.selector is None:
             return True

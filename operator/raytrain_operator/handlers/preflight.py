@@ -11,7 +11,7 @@ is created, since either lets whoever may create TrainJobs borrow rights they ma
 
 Secrets: read only where the operator's account may (chart value rbac.readSecrets, off by
 default, sets OperatorConfig.read_secrets; a 403 skips the check). Without it a missing Secret
-or key is named from the pods' own failure (status/triage/pods.py, config_problem), once they
+or key is named from the pods' own failure (status/triage/config.py, config_problem), once they
 exist. The API has no way to list a Secret's key names without sending its values too, so the
 Secret is read as raw bytes (`_preload_content=False`: the Kubernetes client then never passes
 the body to its debug logger, which logs every other response body at DEBUG), parsed here, and

@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from raytrain_operator.status.triage.pods import _name, _statuses
+
 #: The kubelet's waiting reason when a container's environment or volumes cannot be made.
 CONFIG_ERROR = "CreateContainerConfigError"
 #: The kubelet's words: the secret or configmap manager's NotFound, and a key missing.
@@ -66,12 +68,10 @@ def credential_keys(ref: CredentialsRef) -> list[tuple[str, str]]:
 def _waiting(pods: Sequence[Mapping[str, Any]]) -> tuple[str, str, str] | None:
     """(pod, container, the kubelet's message) of the first container waiting so."""
     for pod in pods:
-        st = pod.get("status") or {}
-        for cs in [*(st.get("initContainerStatuses") or []), *(st.get("containerStatuses") or [])]:
+        for cs in _statuses(pod):
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") == CONFIG_ERROR:
-                name = str((pod.get("metadata") or {}).get("name") or "?")
-                return name, str(cs.get("name") or "?"), str(waiting.get("message") or "")
+                return _name(pod), str(cs.get("name") or "?"), str(waiting.get("message") or "")
     return None
 
 
